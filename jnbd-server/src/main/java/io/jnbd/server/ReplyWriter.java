@@ -1,6 +1,6 @@
 package io.jnbd.server;
 
-import io.jnbd.server.io.BufferPool;
+import io.jnbd.server.io.Releasable;
 import io.jnbd.server.io.Channels;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -9,7 +9,7 @@ import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.LinkedBlockingQueue;
-import java.util.function.IntConsumer;
+import java.util.function.Consumer;
 
 /**
  * The one thread that writes a connection's replies. Disk workers never touch the socket, so a client
@@ -20,18 +20,22 @@ final class ReplyWriter implements Runnable {
     /** How many queued parts one gathering write may carry. */
     private static final int MAX_GATHER = 64;
 
-    /** One piece of output: header bytes, then either a buffer of data or a range of a file to sendfile. */
-    record Part(ByteBuffer header, ByteBuffer data, BufferPool.Lease lease, FileChannel file, long filePosition,
-                long fileLength, boolean completesRequest) {
-        static Part of(ByteBuffer header, boolean completes) {
+    /**
+     * One piece of output: header bytes, then either a buffer of data or a range of a file to sendfile.
+     * {@code completes}: the request whose reply ends with this part, or null if more parts follow.
+     * {@code lease}: released once the part is on the wire.
+     */
+    record Part(ByteBuffer header, ByteBuffer data, Releasable lease, FileChannel file, long filePosition,
+                long fileLength, InFlight completes) {
+        static Part of(ByteBuffer header, InFlight completes) {
             return new Part(header, null, null, null, 0, 0, completes);
         }
 
-        static Part withData(ByteBuffer header, ByteBuffer data, BufferPool.Lease lease, boolean completes) {
+        static Part withData(ByteBuffer header, ByteBuffer data, Releasable lease, InFlight completes) {
             return new Part(header, data, lease, null, 0, 0, completes);
         }
 
-        static Part withFile(ByteBuffer header, FileChannel file, long position, long length, boolean completes) {
+        static Part withFile(ByteBuffer header, FileChannel file, long position, long length, InFlight completes) {
             return new Part(header, null, null, file, position, length, completes);
         }
 
@@ -40,26 +44,27 @@ final class ReplyWriter implements Runnable {
         }
     }
 
-    private static final Part END = Part.of(ByteBuffer.allocate(0), false);
+    private static final Part END = Part.of(ByteBuffer.allocate(0), null);
 
     private final SocketChannel channel;
     private final LinkedBlockingQueue<Part> queue = new LinkedBlockingQueue<>();
-    private final IntConsumer onRequestsCompleted;
+    private final Consumer<InFlight> onRequestCompleted;
     private final Runnable onFailure;
     private volatile boolean failed;
 
-    ReplyWriter(SocketChannel channel, IntConsumer onRequestsCompleted, Runnable onFailure) {
+    ReplyWriter(SocketChannel channel, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
         this.channel = channel;
-        this.onRequestsCompleted = onRequestsCompleted;
+        this.onRequestCompleted = onRequestCompleted;
         this.onFailure = onFailure;
     }
 
     void send(Part part) {
         if (failed) {
             part.release();
-            if (part.completesRequest) onRequestsCompleted.accept(1);
+            if (part.completes != null) onRequestCompleted.accept(part.completes);
             return;
         }
+        if (part.completes != null) part.completes.timing.queued = System.nanoTime();
         queue.add(part);
     }
 
@@ -93,13 +98,11 @@ final class ReplyWriter implements Runnable {
     }
 
     private void release(List<Part> parts) {
-        int completed = 0;
         for (Part p : parts) {
             p.release();
-            if (p.completesRequest) completed++;
+            if (p.completes != null) onRequestCompleted.accept(p.completes);
         }
         parts.clear();
-        if (completed > 0) onRequestsCompleted.accept(completed);
     }
 
     /**
@@ -137,13 +140,11 @@ final class ReplyWriter implements Runnable {
     }
 
     private void complete(List<Part> batch, int from, int to) {
-        int completed = 0;
         for (int i = from; i < to; i++) {
             Part p = batch.get(i);
             p.release();
-            if (p.completesRequest) completed++;
+            if (p.completes != null) onRequestCompleted.accept(p.completes);
         }
-        if (completed > 0) onRequestsCompleted.accept(completed);
     }
 
     private void flush(List<ByteBuffer> gather) throws IOException {

@@ -46,6 +46,20 @@ public interface Backend extends AutoCloseable {
     /** Writes {@code src} from its position to its limit at {@code offset}; durable before return if {@code fua}. */
     void write(long offset, ByteBuffer src, boolean fua) throws IOException;
 
+    /**
+     * Writes the buffers one after another from {@code offset}, as one operation where the backend can
+     * (the sorted scheduler merges adjacent writes into such a call).
+     */
+    default void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
+        long pos = offset;
+        for (ByteBuffer b : srcs) {
+            int n = b.remaining();
+            write(pos, b, false);
+            pos += n;
+        }
+        if (fua) flush();
+    }
+
     /** Makes every completed write durable, whichever connection made it. */
     void flush() throws IOException;
 

@@ -36,6 +36,7 @@ public final class ReadOnlyFilter implements Backend {
     }
 
     @Override public void write(long offset, ByteBuffer src, boolean fua) throws IOException { throw readOnly(); }
+    @Override public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException { throw readOnly(); }
     @Override public void trim(long offset, long length, boolean fua) throws IOException { throw readOnly(); }
     @Override public void zero(long o, long l, boolean t, boolean f, boolean fua) throws IOException { throw readOnly(); }
 }
