@@ -28,6 +28,10 @@ class NbdinfoInteropTest {
         Interop.requireEnabled();
         Interop.requireCommands("nbdinfo");
         socket = dir.resolve("jnbd.sock");
+        // a read-only export serves an existing file; it does not create one
+        try (var ro = new java.io.RandomAccessFile(dir.resolve("ro.img").toFile(), "rw")) {
+            ro.setLength(16L << 20);
+        }
         server = JnbdServer.start(dir,
             "--unix", socket.toString(),
             "--export", "disk=file:" + dir.resolve("disk.img") + ",size=64M,description=interop disk",
@@ -47,11 +51,19 @@ class NbdinfoInteropTest {
     }
 
     @Test
-    void listShowsEveryExportWithItsDescription() {
+    void listShowsEveryExport() {
         String out = Interop.run(T, dir, "nbdinfo", "--list", "nbd://127.0.0.1:" + server.port())
             .assertSuccess().output();
         assertThat(out).contains("export=\"disk\"", "export=\"ro\"", "export=\"mem\"", "export=\"direct\"");
-        assertThat(out).contains("interop disk");
+    }
+
+    @Test
+    void listShowsDescriptions() {
+        // nbdinfo --list prints the description that NBD_OPT_LIST's NBD_REP_SERVER reply carries
+        // after the name (as nbdkit's exportname filter does), not NBD_INFO_DESCRIPTION.
+        String out = Interop.run(T, dir, "nbdinfo", "--list", "nbd://127.0.0.1:" + server.port())
+            .assertSuccess().output();
+        assertThat(out).contains("description: interop disk");
     }
 
     @Test
