@@ -37,6 +37,9 @@ import picocli.CommandLine.Option;
         "  split=SIZE, chunk=SIZE, streams=N",
         "                      reads above split are read as chunks, streams at a time, and",
         "                      each chunk is sent as soon as it is read (direct and memory exports)",
+        "  scheduler=none|sorted",
+        "                      none: requests go to disk in arrival order; sorted: each batch that",
+        "                      arrived together is sorted by offset and adjacent requests merged",
         "  description=TEXT    shown by nbdinfo; must come last, may contain commas",
         "SIZE takes K, M, G, T suffixes (powers of 1024).",
         ""},
@@ -90,6 +93,11 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--buffer-memory", paramLabel = "SIZE", defaultValue = "256M",
         description = "off-heap memory all connections may hold for block data (default ${DEFAULT-VALUE})")
     String bufferMemory;
+
+    @Option(names = "--stats-interval", paramLabel = "SECONDS", defaultValue = "0",
+        description = "every N seconds, log throughput and p50/p99 time of requests in each state "
+            + "(waiting, disk, sending, total); 0 = off")
+    int statsInterval;
 
     @Option(names = "--data-dir", paramLabel = "DIR", defaultValue = "jnbd-data",
         description = "where the embedded default export keeps default.img (default ./${DEFAULT-VALUE})")
@@ -167,6 +175,7 @@ public final class ServeCommand implements Callable<Integer> {
             }
         }
         installSignalHandlers(server);
+        if (statsInterval > 0) server.reportStatsEvery(Duration.ofSeconds(statsInterval));
         printBanner(registry, bound);
         server.awaitStop();
         return 0;

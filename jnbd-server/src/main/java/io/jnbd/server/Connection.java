@@ -11,6 +11,7 @@ import io.jnbd.server.backend.Extent;
 import io.jnbd.server.backend.NbdErrorException;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.Channels;
+import io.jnbd.server.io.Releasable;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -35,6 +36,8 @@ import org.slf4j.LoggerFactory;
  */
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
+    private static final int INPUT_BUFFER = 256 * 1024;
+    private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
 
     private final NbdServer server;
     private final SocketChannel channel;
@@ -42,10 +45,13 @@ final class Connection implements Runnable {
     private final ConnectionStats stats = new ConnectionStats();
     private final int window;
     private final Semaphore inFlight;
+    /** Per-connection bound on buffered block data, in 4 KiB units, so one client cannot take the whole budget. */
+    private final Semaphore byteBudget = new Semaphore(CONNECTION_BUFFER_BYTES / 4096);
     private volatile boolean transmitting;
     private volatile boolean stopRequested;
     private Session session;
     private ReplyWriter writer;
+    private Thread readerThread;
 
     Connection(NbdServer server, SocketChannel channel, String peer) {
         this.server = server;
@@ -120,53 +126,80 @@ final class Connection implements Runnable {
     private String transmission() throws IOException, ProtocolException, InterruptedException {
         Backend backend = session.export().backend();
         RequestValidator validator = new RequestValidator(session);
-        writer = new ReplyWriter(channel, inFlight::release, this::abort);
+        writer = new ReplyWriter(channel, this::completed, this::abort);
+        readerThread = Thread.currentThread();
         Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
-        ByteBuffer header = ByteBuffer.allocateDirect(Nbd.REQUEST_SIZE);
+        // Requests are read in bulk: one read system call takes in every request the client has sent so far.
+        ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
         ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
+        List<InFlight> batch = new ArrayList<>();
         String end = "client disconnected";
         try {
             while (true) {
-                header.clear();
-                if (!Channels.readFully(channel, header)) {
-                    end = stopRequested ? "closed by server shutdown" : "client disconnected";
-                    break;
+                if (in.remaining() < Nbd.REQUEST_SIZE) {
+                    // Everything received so far is parsed: hand it over before waiting for more.
+                    submit(batch, backend);
+                    in.compact();
+                    int n = channel.read(in);
+                    in.flip();
+                    if (n < 0) {
+                        if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");
+                        end = stopRequested ? "closed by server shutdown" : "client disconnected";
+                        break;
+                    }
+                    continue;
                 }
-                Request r = Request.decode(header.flip());
+                Request r = Request.decode(in);
+                long received = System.nanoTime();
                 stats.requests.increment();
                 if (r.type() == Nbd.CMD_DISC) {
                     end = "client sent DISC";
                     break;
                 }
                 int error = validator.check(r);
-                if (r.hasPayload()) {
-                    if (r.length() > server.config().maxPayload() && r.length() > server.config().writeDiscardLimit()) {
-                        throw new ProtocolException("write of " + r.length() + " bytes is beyond any payload this server reads");
-                    }
-                    if (error != 0) {
-                        Channels.discard(channel, r.length(), scratch);
-                    }
+                if (r.hasPayload() && r.length() > server.config().maxPayload()
+                        && r.length() > server.config().writeDiscardLimit()) {
+                    throw new ProtocolException("write of " + r.length() + " bytes is beyond any payload this server reads");
                 }
-                inFlight.acquire();
+                if (r.hasPayload() && error != 0) {
+                    long buffered = Math.min(in.remaining(), r.length());
+                    in.position(in.position() + (int) buffered);
+                    Channels.discard(channel, r.length() - buffered, scratch);
+                }
+                int bytes = error == 0 && needsBuffer(r, backend) ? bytePermits(r.length()) : 0;
+                InFlight f = new InFlight(r, received, bytes);
+                // Never block holding requests that are not yet submitted: their permits would never return.
+                if (!inFlight.tryAcquire()) {
+                    submit(batch, backend);
+                    inFlight.acquire();
+                }
+                if (bytes > 0 && !byteBudget.tryAcquire(bytes)) {
+                    submit(batch, backend);
+                    byteBudget.acquire(bytes);
+                }
                 if (error != 0) {
-                    replyError(r, error, errorMessage(r, error));
+                    replyError(f, error, errorMessage(r, error));
                     continue;
                 }
-                BufferPool.Lease payload = null;
                 if (r.hasPayload() && r.length() > 0) {
-                    payload = server.buffers().acquire((int) r.length());
+                    f.payload = server.buffers().acquire((int) r.length());
+                    ByteBuffer dst = f.payload.buffer();
+                    // The part already buffered is copied; the rest goes from the socket straight into the payload.
+                    int buffered = (int) Math.min(in.remaining(), r.length());
+                    dst.put(in.slice(in.position(), buffered));
+                    in.position(in.position() + buffered);
                     try {
-                        Channels.readExactly(channel, payload.buffer());
+                        Channels.readExactly(channel, dst);
                     } catch (IOException e) {
-                        payload.release();
-                        inFlight.release();
+                        completed(f);
                         throw e;
                     }
-                    payload.buffer().flip();
+                    dst.flip();
                 }
-                dispatch(r, backend, payload);
+                batch.add(f);
             }
         } finally {
+            submit(batch, backend);
             // Serve what was already accepted, then let the writer drain and stop.
             boolean drained = inFlight.tryAcquire(window, 60, TimeUnit.SECONDS);
             writer.finish();
@@ -174,6 +207,79 @@ final class Connection implements Runnable {
             if (drained) inFlight.release(window);
         }
         return end;
+    }
+
+    /** Requests that hold an off-heap buffer while in flight (a write payload or a read not sent by sendfile). */
+    private static boolean needsBuffer(Request r, Backend backend) {
+        return r.type() == Nbd.CMD_WRITE || (r.type() == Nbd.CMD_READ && backend.zeroCopySource() == null);
+    }
+
+    private static int bytePermits(long length) {
+        return (int) Math.max(1, (length + 4095) / 4096);
+    }
+
+    /** Sends a reply part: inline when called on the reader thread itself, else through the writer thread. */
+    private void emit(ReplyWriter.Part part) {
+        if (Thread.currentThread() == readerThread) writer.sendInline(part);
+        else writer.send(part);
+    }
+
+    /** The last part of a request's reply is on the wire (or the connection is gone). */
+    private void completed(InFlight f) {
+        f.releasePayload();
+        if (f.bytePermits > 0) byteBudget.release(f.bytePermits);
+        inFlight.release();
+        server.stats().complete(f.timing, System.nanoTime());
+    }
+
+    /** Plans a batch with the export's scheduler and starts its operations. */
+    private void submit(List<InFlight> batch, Backend backend) {
+        if (batch.isEmpty()) return;
+        FileChannel source = backend.zeroCopySource();
+        List<Request> requests = new ArrayList<>(batch.size());
+        java.util.Map<Request, InFlight> byRequest = new java.util.IdentityHashMap<>();
+        for (InFlight f : batch) {
+            requests.add(f.request);
+            byRequest.put(f.request, f);
+        }
+        batch.clear();
+        BatchScheduler.Plan plan = session.export().scheduler().plan(requests);
+        List<Runnable> tasks = new ArrayList<>(plan.ops().size());
+        for (BatchScheduler.Op op : plan.ops()) {
+            List<InFlight> members = new ArrayList<>(op.members().size());
+            for (Request r : op.members()) members.add(byRequest.get(r));
+            InFlight first = members.getFirst();
+            Request r = first.request;
+            if (r.type() == Nbd.CMD_READ && members.size() == 1) {
+                if (r.length() == 0) {
+                    replyOk(first);
+                    continue;
+                }
+                if (source != null) {
+                    // Page cache to socket by sendfile: no buffer, no I/O thread; the writer does the transfer.
+                    stats.bytesRead.add(r.length());
+                    server.stats().bytesRead.add(r.length());
+                    writer.sendInline(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
+                        backend.zeroCopyFd(), r.offset(), r.length(), first));
+                    continue;
+                }
+                ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());
+                if (split.chunks() > 1 && !plan.sequential()) {
+                    new SplitRead(first, backend, split).start();
+                    continue;
+                }
+            }
+            tasks.add(() -> serve(op, members, backend));
+        }
+        if (tasks.isEmpty()) return;
+        if (backend.nonBlocking()) {
+            // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
+            tasks.forEach(Runnable::run);
+        } else if (plan.sequential()) {
+            server.io().execute(() -> tasks.forEach(Runnable::run));
+        } else {
+            for (Runnable t : tasks) server.io().execute(t);
+        }
     }
 
     private static String errorMessage(Request r, int error) {
@@ -185,48 +291,27 @@ final class Connection implements Runnable {
         };
     }
 
-    private void dispatch(Request r, Backend backend, BufferPool.Lease payload) {
-        if (r.type() == Nbd.CMD_READ) {
-            if (r.length() == 0) {
-                replyOk(r);
-                return;
-            }
-            FileChannel source = backend.zeroCopySource();
-            if (source != null) {
-                // Page cache to socket by sendfile: no buffer, no I/O thread; the writer does the whole transfer.
-                stats.bytesRead.add(r.length());
-                writer.send(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
-                    r.offset(), r.length(), true));
-                return;
-            }
-            ReadPlan plan = server.readPlan(session.export(), r, session.structuredReplies());
-            if (plan.chunks() > 1) {
-                new SplitRead(r, backend, plan).start();
-                return;
-            }
-        }
-        server.io().execute(() -> serve(r, backend, payload));
-    }
-
-    private void serve(Request r, Backend backend, BufferPool.Lease payload) {
+    /** Runs one disk operation and replies to every request it serves. */
+    private void serve(BatchScheduler.Op op, List<InFlight> members, Backend backend) {
+        InFlight first = members.getFirst();
+        Request r = first.request;
+        first.timing.diskStart = System.nanoTime();
         try {
-            switch (r.type()) {
+            switch (op.type()) {
                 case Nbd.CMD_READ -> {
-                    BufferPool.Lease lease = server.buffers().acquire((int) r.length());
-                    try {
-                        backend.read(r.offset(), lease.buffer());
-                    } catch (IOException | RuntimeException e) {
-                        lease.release();
-                        throw e;
-                    }
-                    stats.bytesRead.add(r.length());
-                    writer.send(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true),
-                        lease.buffer().flip(), lease, true));
+                    readAndReply(op, members, backend);
                     return;
                 }
                 case Nbd.CMD_WRITE -> {
-                    if (payload != null) backend.write(r.offset(), payload.buffer(), r.has(Nbd.CMD_FLAG_FUA));
-                    stats.bytesWritten.add(r.length());
+                    if (members.size() == 1) {
+                        if (first.payload != null) backend.write(r.offset(), first.payload.buffer(), r.has(Nbd.CMD_FLAG_FUA));
+                    } else {
+                        ByteBuffer[] bufs = new ByteBuffer[members.size()];
+                        for (int i = 0; i < bufs.length; i++) bufs[i] = members.get(i).payload.buffer();
+                        backend.write(op.offset(), bufs, op.fua());
+                    }
+                    stats.bytesWritten.add(op.length());
+                    server.stats().bytesWritten.add(op.length());
                 }
                 case Nbd.CMD_FLUSH -> backend.flush();
                 case Nbd.CMD_TRIM -> {
@@ -242,25 +327,61 @@ final class Connection implements Runnable {
                     if (r.length() > 0) backend.cache(r.offset(), r.length());
                 }
                 case Nbd.CMD_BLOCK_STATUS -> {
-                    blockStatus(r, backend);
+                    blockStatus(first, backend);
                     return;
                 }
                 default -> throw new IllegalStateException("unvalidated command " + r);
             }
-            replyOk(r);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            replyError(r, Nbd.ESHUTDOWN, "server is shutting down");
+            markDiskDone(members);
+            for (InFlight m : members) {
+                m.releasePayload();
+                replyOk(m);
+            }
         } catch (Throwable t) {
-            int error = NbdErrorException.errorOf(t);
+            if (t instanceof InterruptedException) Thread.currentThread().interrupt();
+            int error = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
             if (error == Nbd.EIO) log.warn("{}: {} failed: {}", peer, r, t.toString());
-            replyError(r, error, t.getMessage() != null ? t.getMessage() : t.toString());
-        } finally {
-            if (payload != null) payload.release();
+            markDiskDone(members);
+            for (InFlight m : members) {
+                m.releasePayload();
+                replyError(m, error, t.getMessage() != null ? t.getMessage() : t.toString());
+            }
         }
     }
 
-    private void blockStatus(Request r, Backend backend) throws IOException {
+    private static void markDiskDone(List<InFlight> members) {
+        long now = System.nanoTime();
+        long start = members.getFirst().timing.diskStart;
+        for (InFlight m : members) {
+            m.timing.diskStart = start;
+            m.timing.diskEnd = now;
+        }
+    }
+
+    /** One backend read for the whole operation; each member's reply carries its own slice of the buffer. */
+    private void readAndReply(BatchScheduler.Op op, List<InFlight> members, Backend backend)
+            throws IOException, InterruptedException {
+        BufferPool.Lease lease = server.buffers().acquire((int) op.length());
+        try {
+            backend.read(op.offset(), lease.buffer());
+        } catch (IOException | RuntimeException e) {
+            lease.release();
+            throw e;
+        }
+        markDiskDone(members);
+        stats.bytesRead.add(op.length());
+        server.stats().bytesRead.add(op.length());
+        Releasable[] shares = Releasable.share(lease, members.size());
+        for (int i = 0; i < members.size(); i++) {
+            InFlight m = members.get(i);
+            Request r = m.request;
+            ByteBuffer slice = lease.buffer().slice((int) (r.offset() - op.offset()), (int) r.length());
+            emit(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), slice, shares[i], m));
+        }
+    }
+
+    private void blockStatus(InFlight f, Backend backend) throws IOException {
+        Request r = f.request;
         List<Extent> extents = backend.extents(r.offset(), r.length());
         List<BlockStatusDescriptor> out = new ArrayList<>();
         long left = r.length();
@@ -274,7 +395,8 @@ final class Connection implements Runnable {
         if (out.isEmpty()) out.add(new BlockStatusDescriptor(Math.min(r.length(), 0xFFFF_F000L), 0));
         ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(out.size()));
         Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), session.metaContextId(), out);
-        writer.send(ReplyWriter.Part.of(b.flip(), true));
+        markDiskDone(List.of(f));
+        emit(ReplyWriter.Part.of(b.flip(), f));
     }
 
     /** The header in front of read data: a simple reply, or an OFFSET_DATA chunk. */
@@ -290,7 +412,8 @@ final class Connection implements Runnable {
         return h.flip();
     }
 
-    private void replyOk(Request r) {
+    private void replyOk(InFlight f) {
+        Request r = f.request;
         ByteBuffer h;
         if (r.type() == Nbd.CMD_READ && session.structuredReplies()) {
             h = ByteBuffer.allocate(Nbd.STRUCTURED_REPLY_SIZE);
@@ -299,10 +422,11 @@ final class Connection implements Runnable {
             h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
             SimpleReply.encode(h, 0, r.cookie());
         }
-        writer.send(ReplyWriter.Part.of(h.flip(), true));
+        emit(ReplyWriter.Part.of(h.flip(), f));
     }
 
-    private void replyError(Request r, int error, String message) {
+    private void replyError(InFlight f, int error, String message) {
+        Request r = f.request;
         stats.errors.increment();
         ByteBuffer h;
         if (session.structuredReplies()) {
@@ -313,7 +437,7 @@ final class Connection implements Runnable {
             h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
             SimpleReply.encode(h, error, r.cookie());
         }
-        writer.send(ReplyWriter.Part.of(h.flip(), true));
+        emit(ReplyWriter.Part.of(h.flip(), f));
     }
 
     /**
@@ -322,14 +446,16 @@ final class Connection implements Runnable {
      * request (gmblock's synchronized multi-stream sends). At most {@code streams} chunks are read at once.
      */
     private final class SplitRead {
+        private final InFlight flight;
         private final Request request;
         private final Backend backend;
         private final ReadPlan plan;
         private final AtomicInteger next = new AtomicInteger();
         private int unsent;
 
-        SplitRead(Request request, Backend backend, ReadPlan plan) {
-            this.request = request;
+        SplitRead(InFlight flight, Backend backend, ReadPlan plan) {
+            this.flight = flight;
+            this.request = flight.request;
             this.backend = backend;
             this.plan = plan;
             this.unsent = plan.chunks();
@@ -352,6 +478,7 @@ final class Connection implements Runnable {
             String message = null;
             try {
                 lease = server.buffers().acquire(length);
+                if (index == 0) flight.timing.diskStart = System.nanoTime();
                 backend.read(offset, lease.buffer());
                 lease.buffer().flip();
             } catch (Throwable t) {
@@ -365,14 +492,17 @@ final class Connection implements Runnable {
             // Ordering the sends under one lock lets the last chunk to arrive carry the DONE flag.
             synchronized (this) {
                 boolean last = --unsent == 0;
+                InFlight completes = last ? flight : null;
+                if (last) flight.timing.diskEnd = System.nanoTime();
                 if (lease != null) {
                     stats.bytesRead.add(length);
-                    writer.send(ReplyWriter.Part.withData(readHeader(request, offset, length, last), lease.buffer(), lease, last));
+                    server.stats().bytesRead.add(length);
+                    emit(ReplyWriter.Part.withData(readHeader(request, offset, length, last), lease.buffer(), lease, completes));
                 } else {
                     stats.errors.increment();
                     ByteBuffer h = ByteBuffer.allocate(Chunks.errorOffsetSize(message));
                     Chunks.errorOffset(h, last ? Nbd.REPLY_FLAG_DONE : 0, request.cookie(), error, message, offset);
-                    writer.send(ReplyWriter.Part.of(h.flip(), last));
+                    emit(ReplyWriter.Part.of(h.flip(), completes));
                 }
             }
         }

@@ -11,6 +11,13 @@ public record Export(String name, String description, Backend backend, ExportTun
         this(name, description, backend, ExportTuning.DEFAULT);
     }
 
+    /** Largest run of adjacent requests the sorted scheduler merges into one disk operation. */
+    private static final long MAX_MERGE = 8L << 20;
+
+    public BatchScheduler scheduler() {
+        return new BatchScheduler(tuning.scheduler(), MAX_MERGE);
+    }
+
     /** Transmission flags derived from the backend's capabilities; the edge enforces the same set. */
     public int transmissionFlags(boolean structuredReplies) {
         int f = Nbd.FLAG_HAS_FLAGS;

@@ -11,7 +11,7 @@ import java.util.Locale;
 /**
  * One export as the user writes it: {@code NAME=file:PATH[,option...]} or {@code NAME=memory:SIZE[,option...]}.
  * Options: {@code size=SIZE}, {@code readonly}, {@code mode=cached|direct}, {@code description=TEXT},
- * {@code split=SIZE}, {@code chunk=SIZE}, {@code streams=N}. A description runs to the end of the spec, so it may contain commas.
+ * {@code split=SIZE}, {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}. A description runs to the end of the spec, so it may contain commas.
  */
 public record ExportSpec(String name, String kind, String target, long size, boolean readOnly,
                          FileBackend.Mode mode, String description, ExportTuning tuning) {
@@ -48,6 +48,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
         FileBackend.Mode mode = FileBackend.Mode.CACHED;
         int split = ExportTuning.DEFAULT.splitThreshold(), chunk = ExportTuning.DEFAULT.chunkSize();
         int streams = ExportTuning.DEFAULT.streams();
+        BatchScheduler.Policy scheduler = ExportTuning.DEFAULT.scheduler();
         for (int i = 1; i < parts.length; i++) {
             String opt = parts[i];
             int e = opt.indexOf('=');
@@ -64,6 +65,11 @@ public record ExportSpec(String name, String kind, String target, long size, boo
                 case "split" -> split = intSize(where, key, require(where, key, value));
                 case "chunk" -> chunk = intSize(where, key, require(where, key, value));
                 case "streams" -> streams = intSize(where, key, require(where, key, value));
+                case "scheduler" -> scheduler = switch (require(where, key, value)) {
+                    case "none" -> BatchScheduler.Policy.NONE;
+                    case "sorted" -> BatchScheduler.Policy.SORTED;
+                    default -> throw new IllegalArgumentException(where + "scheduler must be none or sorted, not '" + value + "'");
+                };
                 default -> throw new IllegalArgumentException(where + "unknown option '" + key + "'");
             }
         }
@@ -81,7 +87,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
         if (size == 0 && kind.equals("memory")) throw new IllegalArgumentException(where + "size must be positive");
         ExportTuning tuning;
         try {
-            tuning = new ExportTuning(split, chunk, streams);
+            tuning = new ExportTuning(split, chunk, streams, scheduler);
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException(where + e.getMessage());
         }

@@ -51,6 +51,7 @@ public final class NbdServer implements AutoCloseable {
     private final List<Path> unixPaths = new ArrayList<>();
     private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
     private final AtomicLong connectionIds = new AtomicLong();
+    private final ServerStats stats = new ServerStats();
     private volatile boolean stopping;
     private final Object stopLock = new Object();
     private boolean stopped;
@@ -68,6 +69,7 @@ public final class NbdServer implements AutoCloseable {
     ServerConfig config() { return config; }
     BufferPool buffers() { return buffers; }
     ExecutorService io() { return io; }
+    public ServerStats stats() { return stats; }
     boolean stopping() { return stopping; }
 
     /** Binds a TCP ({@link InetSocketAddress}) or Unix ({@link UnixDomainSocketAddress}) listener and starts accepting. */
@@ -162,6 +164,14 @@ public final class NbdServer implements AutoCloseable {
 
     void connectionClosed(Connection c) {
         connections.remove(c);
+    }
+
+    /** Logs throughput and the request state histograms every {@code interval}. */
+    public void reportStatsEvery(Duration interval) {
+        long ms = interval.toMillis();
+        stats.report(1); // start the first interval now
+        timers.scheduleAtFixedRate(() -> log.info("stats over {}s: {}", ms / 1000.0, stats.report(ms / 1000.0)),
+            ms, ms, TimeUnit.MILLISECONDS);
     }
 
     /** Number of open connections (in handshake or transmission). */

@@ -43,8 +43,27 @@ public interface Backend extends AutoCloseable {
         return null;
     }
 
+    /** The file descriptor of {@link #zeroCopySource()} for native sendfile, or -1. */
+    default int zeroCopyFd() {
+        return -1;
+    }
+
     /** Writes {@code src} from its position to its limit at {@code offset}; durable before return if {@code fua}. */
     void write(long offset, ByteBuffer src, boolean fua) throws IOException;
+
+    /**
+     * Writes the buffers one after another from {@code offset}, as one operation where the backend can
+     * (the sorted scheduler merges adjacent writes into such a call).
+     */
+    default void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
+        long pos = offset;
+        for (ByteBuffer b : srcs) {
+            int n = b.remaining();
+            write(pos, b, false);
+            pos += n;
+        }
+        if (fua) flush();
+    }
 
     /** Makes every completed write durable, whichever connection made it. */
     void flush() throws IOException;
@@ -67,6 +86,14 @@ public interface Backend extends AutoCloseable {
      */
     default List<Extent> extents(long offset, long length) throws IOException {
         return List.of(new Extent(length, false, false));
+    }
+
+    /**
+     * True if no call ever waits for a device (memory): the server then runs requests on the connection's
+     * own thread instead of handing them to the I/O pool.
+     */
+    default boolean nonBlocking() {
+        return false;
     }
 
     /** A short description for logs, e.g. {@code file:/var/lib/vm.img (cached)}. */

@@ -38,6 +38,7 @@ public final class FileBackend implements Backend {
     private final boolean blockDevice;
     private final FileChannel channel;
     private final int nativeFd; // -1 without native access
+    private final int writevFd; // same file, same O_DIRECT-ness as the channel, for merged writes; -1 if none
     private final long size;
     private final int alignment;
     private final Set<Capability> caps;
@@ -80,6 +81,15 @@ public final class FileBackend implements Backend {
             fd = -1; // sparse features degrade to portable fallbacks
         }
         this.nativeFd = fd;
+        int wfd = -1;
+        if (!readOnly && fd >= 0) {
+            try {
+                wfd = mode == Mode.DIRECT ? NativeIo.open(path, true, NativeIo.O_DIRECT).orElse(-1) : fd;
+            } catch (IOException e) {
+                wfd = -1;
+            }
+        }
+        this.writevFd = wfd;
         long s = channel.size();
         if (s == 0 && blockDevice && fd >= 0) s = NativeIo.lseek(fd, 0, NativeIo.SEEK_END);
         this.size = s;
@@ -111,6 +121,11 @@ public final class FileBackend implements Backend {
     @Override
     public FileChannel zeroCopySource() {
         return mode == Mode.CACHED ? channel : null;
+    }
+
+    @Override
+    public int zeroCopyFd() {
+        return mode == Mode.CACHED ? nativeFd : -1;
     }
 
     @Override
@@ -166,6 +181,22 @@ public final class FileBackend implements Backend {
         } else {
             writeUnaligned(offset, src);
         }
+        if (fua) channel.force(false);
+    }
+
+    @Override
+    public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
+        boolean vectored = writevFd >= 0;
+        long pos = offset;
+        for (ByteBuffer b : srcs) {
+            vectored &= b.isDirect() && aligned(pos, b);
+            pos += b.remaining();
+        }
+        if (!vectored) {
+            Backend.super.write(offset, srcs, fua);
+            return;
+        }
+        NativeIo.pwritevFully(writevFd, srcs, offset);
         if (fua) channel.force(false);
     }
 
@@ -286,6 +317,7 @@ public final class FileBackend implements Backend {
             if (!readOnly) channel.force(true);
         } finally {
             channel.close();
+            if (writevFd >= 0 && writevFd != nativeFd) NativeIo.close(writevFd);
             if (nativeFd >= 0) NativeIo.close(nativeFd);
         }
     }

@@ -21,10 +21,12 @@ public final class ReadOnlyFilter implements Backend {
     }
 
     @Override public long size() { return inner.size(); }
+    @Override public boolean nonBlocking() { return inner.nonBlocking(); }
     @Override public Set<Capability> capabilities() { return caps; }
     @Override public BlockSizes blockSizes() { return inner.blockSizes(); }
     @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
     @Override public FileChannel zeroCopySource() { return inner.zeroCopySource(); }
+    @Override public int zeroCopyFd() { return inner.zeroCopyFd(); }
     @Override public void flush() throws IOException { inner.flush(); }
     @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
     @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }
@@ -36,6 +38,7 @@ public final class ReadOnlyFilter implements Backend {
     }
 
     @Override public void write(long offset, ByteBuffer src, boolean fua) throws IOException { throw readOnly(); }
+    @Override public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException { throw readOnly(); }
     @Override public void trim(long offset, long length, boolean fua) throws IOException { throw readOnly(); }
     @Override public void zero(long o, long l, boolean t, boolean f, boolean fua) throws IOException { throw readOnly(); }
 }

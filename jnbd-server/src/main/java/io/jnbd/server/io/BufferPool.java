@@ -40,7 +40,7 @@ public final class BufferPool {
     private record Slab(Arena arena, ByteBuffer buffer) {}
 
     /** A buffer on loan; {@link #buffer()} has position 0 and limit equal to the size asked for. */
-    public final class Lease implements AutoCloseable {
+    public final class Lease implements AutoCloseable, Releasable {
         private final Slab slab;
         private final int shift;
         private final ByteBuffer view;
@@ -61,6 +61,7 @@ public final class BufferPool {
             release();
         }
 
+        @Override
         public void release() {
             if (released) return;
             released = true;
