@@ -18,6 +18,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -27,7 +28,7 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(120)
 class BadInputTest {
-    static final long SIZE = 64 << 20;
+    static final long SIZE = 1L << 30; // sparse: costs only what is written
     ServerFixture fx;
 
     @BeforeEach
@@ -173,11 +174,12 @@ class BadInputTest {
         try (RawClient good = fx.open("mem"); RawClient hog = fx.open("mem")) {
             int window = fx.server.config().requestsInFlight();
             Future<?> flood = pool.submit(() -> {
-                // 4096 reads of 1 MiB is 4 GiB of replies; nobody reads them.
-                ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
-                for (int i = 0; i < 4096; i++) {
+                // A million reads of 1 MiB (28 MB of requests, far more than any socket buffers hold) is
+                // a terabyte of replies; nobody reads them.
+                ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE * 1024);
+                for (int i = 0; i < 1024; i++) {
                     b.clear();
-                    new Request(0, Nbd.CMD_READ, i, (long) (i % 64) << 20, 1 << 20).encode(b);
+                    for (int k = 0; k < 1024; k++) new Request(0, Nbd.CMD_READ, i * 1024L + k, (long) (k % 64) << 20, 1 << 20).encode(b);
                     hog.write(b.flip());
                 }
                 return null;
@@ -209,7 +211,7 @@ class BadInputTest {
                 ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
                 for (int i = 0; i < 256; i++) {
                     b.clear();
-                    new Request(0, Nbd.CMD_READ, i, 0, 32 << 20).encode(b);
+                    new Request(0, Nbd.CMD_READ, i, (i % 16) * (64L << 20), 32 << 20).encode(b);
                     hog.write(b.flip());
                 }
                 return null;
@@ -222,6 +224,47 @@ class BadInputTest {
             awaitNoOutstandingBuffers();
             assertWorks(good, 400);
         } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    @Test
+    @Disabled("server bug: replies queued for clients that never read hold pool buffers forever; ten such clients"
+        + " (each within its 64 MiB connection allowance) spend the whole 256 MiB buffer budget, after which every"
+        + " other client's reads and writes wait in BufferPool.acquire indefinitely. Needs a send-stall timeout"
+        + " (drop a connection whose replies make no progress) or budget accounting that bounds the sum of the"
+        + " allowances; both change Connection/ReplyWriter, so left to the server's owner.")
+    void severalClientsThatNeverReadLargeRepliesDoNotStarveOthers() throws Exception {
+        // Enough hogs that their per-connection allowances together exceed the server's whole buffer budget.
+        int hogs = 10;
+        ExecutorService pool = Executors.newFixedThreadPool(hogs);
+        List<RawClient> clients = new ArrayList<>();
+        try (RawClient good = fx.open("mem")) {
+            List<Future<?>> floods = new ArrayList<>();
+            for (int h = 0; h < hogs; h++) {
+                int hogId = h;
+                RawClient hog = fx.open("mem");
+                clients.add(hog);
+                floods.add(pool.submit(() -> {
+                    ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+                    for (int i = 0; i < 256; i++) {
+                        b.clear();
+                        // Ranges that neither overlap nor touch, so the server cannot merge them into shared reads.
+                        long offset = ((hogId * 256L + i) % 16) * (64 << 20);
+                        new Request(0, Nbd.CMD_READ, i, offset, 32 << 20).encode(b);
+                        hog.write(b.flip());
+                    }
+                    return null;
+                }));
+            }
+            Thread.sleep(1000); // let the hogs take whatever they can
+            for (int round = 0; round < 10; round++) assertWorks(good, 500 + round);
+            for (RawClient hog : clients) hog.close();
+            for (Future<?> f : floods) catchFlood(f);
+            awaitNoOutstandingBuffers();
+            assertWorks(good, 600);
+        } finally {
+            for (RawClient hog : clients) hog.close();
             pool.shutdownNow();
         }
     }
