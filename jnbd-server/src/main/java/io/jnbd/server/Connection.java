@@ -51,6 +51,7 @@ final class Connection implements Runnable {
     private volatile boolean stopRequested;
     private Session session;
     private ReplyWriter writer;
+    private Thread readerThread;
 
     Connection(NbdServer server, SocketChannel channel, String peer) {
         this.server = server;
@@ -126,6 +127,7 @@ final class Connection implements Runnable {
         Backend backend = session.export().backend();
         RequestValidator validator = new RequestValidator(session);
         writer = new ReplyWriter(channel, this::completed, this::abort);
+        readerThread = Thread.currentThread();
         Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
         // Requests are read in bulk: one read system call takes in every request the client has sent so far.
         ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
@@ -216,6 +218,12 @@ final class Connection implements Runnable {
         return (int) Math.max(1, (length + 4095) / 4096);
     }
 
+    /** Sends a reply part: inline when called on the reader thread itself, else through the writer thread. */
+    private void emit(ReplyWriter.Part part) {
+        if (Thread.currentThread() == readerThread) writer.sendInline(part);
+        else writer.send(part);
+    }
+
     /** The last part of a request's reply is on the wire (or the connection is gone). */
     private void completed(InFlight f) {
         f.releasePayload();
@@ -251,7 +259,7 @@ final class Connection implements Runnable {
                     // Page cache to socket by sendfile: no buffer, no I/O thread; the writer does the transfer.
                     stats.bytesRead.add(r.length());
                     server.stats().bytesRead.add(r.length());
-                    writer.send(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
+                    writer.sendInline(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
                         r.offset(), r.length(), first));
                     continue;
                 }
@@ -264,7 +272,10 @@ final class Connection implements Runnable {
             tasks.add(() -> serve(op, members, backend));
         }
         if (tasks.isEmpty()) return;
-        if (plan.sequential()) {
+        if (backend.nonBlocking()) {
+            // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
+            tasks.forEach(Runnable::run);
+        } else if (plan.sequential()) {
             server.io().execute(() -> tasks.forEach(Runnable::run));
         } else {
             for (Runnable t : tasks) server.io().execute(t);
@@ -365,7 +376,7 @@ final class Connection implements Runnable {
             InFlight m = members.get(i);
             Request r = m.request;
             ByteBuffer slice = lease.buffer().slice((int) (r.offset() - op.offset()), (int) r.length());
-            writer.send(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), slice, shares[i], m));
+            emit(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), slice, shares[i], m));
         }
     }
 
@@ -385,7 +396,7 @@ final class Connection implements Runnable {
         ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(out.size()));
         Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), session.metaContextId(), out);
         markDiskDone(List.of(f));
-        writer.send(ReplyWriter.Part.of(b.flip(), f));
+        emit(ReplyWriter.Part.of(b.flip(), f));
     }
 
     /** The header in front of read data: a simple reply, or an OFFSET_DATA chunk. */
@@ -411,7 +422,7 @@ final class Connection implements Runnable {
             h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
             SimpleReply.encode(h, 0, r.cookie());
         }
-        writer.send(ReplyWriter.Part.of(h.flip(), f));
+        emit(ReplyWriter.Part.of(h.flip(), f));
     }
 
     private void replyError(InFlight f, int error, String message) {
@@ -426,7 +437,7 @@ final class Connection implements Runnable {
             h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
             SimpleReply.encode(h, error, r.cookie());
         }
-        writer.send(ReplyWriter.Part.of(h.flip(), f));
+        emit(ReplyWriter.Part.of(h.flip(), f));
     }
 
     /**
@@ -486,12 +497,12 @@ final class Connection implements Runnable {
                 if (lease != null) {
                     stats.bytesRead.add(length);
                     server.stats().bytesRead.add(length);
-                    writer.send(ReplyWriter.Part.withData(readHeader(request, offset, length, last), lease.buffer(), lease, completes));
+                    emit(ReplyWriter.Part.withData(readHeader(request, offset, length, last), lease.buffer(), lease, completes));
                 } else {
                     stats.errors.increment();
                     ByteBuffer h = ByteBuffer.allocate(Chunks.errorOffsetSize(message));
                     Chunks.errorOffset(h, last ? Nbd.REPLY_FLAG_DONE : 0, request.cookie(), error, message, offset);
-                    writer.send(ReplyWriter.Part.of(h.flip(), completes));
+                    emit(ReplyWriter.Part.of(h.flip(), completes));
                 }
             }
         }

@@ -9,6 +9,8 @@ import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 
 /**
@@ -51,6 +53,10 @@ final class ReplyWriter implements Runnable {
     private final Consumer<InFlight> onRequestCompleted;
     private final Runnable onFailure;
     private volatile boolean failed;
+    /** Serialises the socket between the writer thread and inline senders. */
+    private final ReentrantLock socketLock = new ReentrantLock();
+    /** Parts queued or being written by the writer thread; an inline send is only allowed when zero. */
+    private final AtomicInteger pending = new AtomicInteger();
 
     ReplyWriter(SocketChannel channel, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
         this.channel = channel;
@@ -65,7 +71,38 @@ final class ReplyWriter implements Runnable {
             return;
         }
         if (part.completes != null) part.completes.timing.queued = System.nanoTime();
+        pending.incrementAndGet();
         queue.add(part);
+    }
+
+    /**
+     * Sends on the caller's thread when nothing is queued ahead and the socket is free, saving the hand-off
+     * to the writer thread (run to completion); otherwise queues. Only a connection's own reader calls this:
+     * if its client is slow to read, the one thread it stalls is that client's.
+     */
+    void sendInline(Part part) {
+        if (failed || !socketLock.tryLock()) {
+            send(part);
+            return;
+        }
+        try {
+            if (pending.get() != 0) {
+                send(part); // keep the order of parts already queued, e.g. the chunks of a split read
+                return;
+            }
+            if (part.completes != null) part.completes.timing.queued = System.nanoTime();
+            List<Part> one = new ArrayList<>(1);
+            one.add(part);
+            try {
+                write(one);
+            } catch (IOException e) {
+                failed = true;
+                release(one);
+                onFailure.run();
+            }
+        } finally {
+            socketLock.unlock();
+        }
     }
 
     /** Asks the writer to stop once everything queued so far is written. */
@@ -80,9 +117,16 @@ final class ReplyWriter implements Runnable {
             while (true) {
                 batch.clear();
                 batch.add(queue.take());
-                queue.drainTo(batch, MAX_GATHER - 1);
-                boolean end = write(batch);
-                if (end) return;
+                socketLock.lock();
+                try {
+                    queue.drainTo(batch, MAX_GATHER - 1);
+                    int taken = batch.size();
+                    boolean end = write(batch);
+                    pending.addAndGet(-(taken - batch.size()));
+                    if (end) return;
+                } finally {
+                    socketLock.unlock();
+                }
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

@@ -83,6 +83,14 @@ public interface Backend extends AutoCloseable {
         return List.of(new Extent(length, false, false));
     }
 
+    /**
+     * True if no call ever waits for a device (memory): the server then runs requests on the connection's
+     * own thread instead of handing them to the I/O pool.
+     */
+    default boolean nonBlocking() {
+        return false;
+    }
+
     /** A short description for logs, e.g. {@code file:/var/lib/vm.img (cached)}. */
     String describe();
 
