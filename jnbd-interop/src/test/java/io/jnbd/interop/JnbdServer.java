@@ -74,6 +74,10 @@ final class JnbdServer implements AutoCloseable {
             }
             Thread.sleep(100);
         }
+        // The banner is printed once every listener is up; the port may accept a moment before it is written.
+        while (!server.log().contains("Connect with") && process.isAlive() && System.nanoTime() < deadline) {
+            Thread.sleep(50);
+        }
         return server;
     }
 

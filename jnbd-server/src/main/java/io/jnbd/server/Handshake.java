@@ -107,7 +107,10 @@ final class Handshake {
                 }
                 for (Export e : exports.all()) {
                     byte[] name = Strings.utf8(e.name());
-                    ByteBuffer b = ByteBuffer.allocate(4 + name.length).putInt(name.length).put(name).flip();
+                    // The bytes after the name are free-form; clients such as nbdinfo show them as the description.
+                    byte[] details = Strings.utf8(e.description());
+                    ByteBuffer b = ByteBuffer.allocate(4 + name.length + details.length)
+                        .putInt(name.length).put(name).put(details).flip();
                     reply(option, Nbd.REP_SERVER, b);
                 }
                 reply(option, Nbd.REP_ACK);
