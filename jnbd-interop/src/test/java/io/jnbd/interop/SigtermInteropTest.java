@@ -136,7 +136,8 @@ class SigtermInteropTest {
     void sigtermRightAfterStartExitsZero() throws Exception {
         for (int round = 1; round <= 10; round++) {
             Path work = java.nio.file.Files.createDirectories(dir.resolve("round" + round));
-            server = JnbdServer.start(work, "--export", "mem=memory:1M");
+            // Only until the port accepts, on purpose: the signal must be handled from that moment on.
+            server = JnbdServer.startUntilAccepting(work, "--export", "mem=memory:1M");
             int status = server.stop();
             assertThat(status).as("round %d: exit status after SIGTERM right after start; log:%n%s", round, server.log())
                 .isZero();
