@@ -269,6 +269,32 @@ class BadInputTest {
         }
     }
 
+    @Test
+    void oneClientThatNeverReadsDoesNotStarveOthersUnderASmallBufferBudget() throws Exception {
+        // The smallest budget the server allows: no larger than one connection's own allowance.
+        try (ServerFixture small = new ServerFixture(List.of(new Export("mem", "", new MemoryBackend(SIZE))),
+                ServerConfig.defaults().withBufferBudget(64L << 20))) {
+            ExecutorService pool = Executors.newSingleThreadExecutor();
+            try (RawClient good = small.open("mem"); RawClient hog = small.open("mem")) {
+                Future<?> flood = pool.submit(() -> {
+                    ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+                    for (int i = 0; i < 256; i++) {
+                        b.clear();
+                        new Request(0, Nbd.CMD_READ, i, (i % 16) * (64L << 20), 32 << 20).encode(b);
+                        hog.write(b.flip());
+                    }
+                    return null;
+                });
+                Thread.sleep(500);
+                for (int round = 0; round < 5; round++) assertWorks(good, 700 + round);
+                hog.close();
+                catchFlood(flood);
+            } finally {
+                pool.shutdownNow();
+            }
+        }
+    }
+
     private static Throwable catchFlood(Future<?> flood) throws InterruptedException {
         try {
             flood.get(30, TimeUnit.SECONDS);
