@@ -295,6 +295,30 @@ class BadInputTest {
         }
     }
 
+    @Test
+    void connectionsDroppedDuringSplitReadsReturnEveryBuffer(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        try (ServerFixture split = new ServerFixture(List.of(ExportSpec.parse("d",
+                "file:" + dir.resolve("split.img") + ",size=64M,mode=direct,split=1M,chunk=256K,streams=4").openExport()))) {
+            for (int i = 0; i < 8; i++) {
+                RawClient c = split.open("d", true, false);
+                for (int k = 0; k < 8; k++) c.send(new Request(0, Nbd.CMD_READ, k, (long) k << 23, 8 << 20));
+                if (i % 2 == 0) c.readChunk(); // take a little of the reply first
+                c.channel.socket().setSoLinger(true, 0);
+                c.close();
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while ((split.server.buffers().outstandingBytes() != 0 || split.server.connectionCount() != 0)
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertThat(split.server.buffers().outstandingBytes()).isZero();
+            assertThat(split.server.connectionCount()).isZero();
+            try (RawClient c = split.open("d", true, false)) {
+                assertThat(c.read(0, 8 << 20)).hasSize(8 << 20);
+            }
+        }
+    }
+
     private static Throwable catchFlood(Future<?> flood) throws InterruptedException {
         try {
             flood.get(30, TimeUnit.SECONDS);
