@@ -147,7 +147,9 @@ final class Connection {
     /** Sends DISC after the requests in flight have been answered (or {@code graceMillis} passed), then closes. */
     void close(long graceMillis) {
         long until = System.currentTimeMillis() + graceMillis;
-        while (!inFlight.isEmpty() && failure == null && System.currentTimeMillis() < until) {
+        // Requests already timed out are not waited for: their caller has been told, the server may be stuck.
+        while (failure == null && System.currentTimeMillis() < until
+               && inFlight.values().stream().anyMatch(p -> !p.abandoned)) {
             try {
                 Thread.sleep(5);
             } catch (InterruptedException e) {
@@ -227,7 +229,7 @@ final class Connection {
         if (magic == Nbd.SIMPLE_REPLY_MAGIC) {
             simpleReply(SimpleReply.decodeAfterMagic(replyHeader));
         } else if (magic == Nbd.STRUCTURED_REPLY_MAGIC && info.structuredReplies()) {
-            replyHeader.limit(Nbd.STRUCTURED_REPLY_SIZE);
+            replyHeader.limit(Nbd.STRUCTURED_REPLY_SIZE).position(Nbd.SIMPLE_REPLY_SIZE);
             readFully(replyHeader);
             replyHeader.position(4);
             chunk(StructuredReplyHeader.decodeAfterMagic(replyHeader));
@@ -393,7 +395,8 @@ final class Connection {
         /** Checks a content chunk against the request and earlier chunks; returns its position in the buffer. */
         long placeChunk(long chunkOffset, long chunkLength) throws ProtocolException {
             long rel = chunkOffset - offset;
-            if (Long.compareUnsigned(chunkOffset, offset) < 0 || rel > length || chunkLength > length - rel) {
+            if (Long.compareUnsigned(chunkOffset, offset) < 0 || Long.compareUnsigned(rel, length) > 0
+                || chunkLength > length - rel) {
                 throw new ProtocolException("chunk [" + Long.toUnsignedString(chunkOffset) + ", +" + chunkLength
                     + ") lies outside " + describe());
             }
