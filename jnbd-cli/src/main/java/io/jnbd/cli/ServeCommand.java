@@ -1,12 +1,256 @@
 package io.jnbd.cli;
 
+import io.jnbd.server.ConfigFile;
+import io.jnbd.server.Export;
+import io.jnbd.server.ExportSpec;
+import io.jnbd.server.Exports;
+import io.jnbd.server.NbdServer;
+import io.jnbd.server.ServerConfig;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.net.BindException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.net.UnixDomainSocketAddress;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.AccessDeniedException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
-/** Placeholder so the client branch compiles until main's ServeCommand is merged; replaced on merge. */
-@Command(name = "serve", description = "Serve exports over NBD (not in this branch yet).")
-public final class ServeCommand implements Runnable {
+@Command(name = "serve", mixinStandardHelpOptions = true, sortOptions = false,
+    description = {
+        "Serve files, block devices and memory over the NBD protocol.",
+        "",
+        "With no --export and no --config, serves export 'default' (also reachable as the empty name):",
+        "a 1 GiB sparse file ./jnbd-data/default.img, created on first run, on 127.0.0.1:10809.",
+        "",
+        "An export SPEC is file:PATH or memory:SIZE followed by comma-separated options:",
+        "  size=SIZE           create the file if missing, grow it if smaller (e.g. 64M, 10G)",
+        "  readonly            refuse writes, trims and zeroes with EPERM",
+        "  mode=cached|direct  cached: page cache, reads sent by sendfile (default);",
+        "                      direct: O_DIRECT into aligned off-heap buffers",
+        "  split=SIZE, chunk=SIZE, streams=N",
+        "                      reads above split are read as chunks, streams at a time, and",
+        "                      each chunk is sent as soon as it is read (direct and memory exports)",
+        "  scheduler=none|sorted",
+        "                      none: requests go to disk in arrival order; sorted: each batch that",
+        "                      arrived together is sorted by offset and adjacent requests merged",
+        "  description=TEXT    shown by nbdinfo; must come last, may contain commas",
+        "SIZE takes K, M, G, T suffixes (powers of 1024).",
+        ""},
+    footer = {
+        "",
+        "Examples:",
+        "  jnbd serve",
+        "  jnbd serve --export disk=file:/var/lib/vm.img,mode=direct --export scratch=memory:4G",
+        "  jnbd serve --listen 0.0.0.0:10809 --unix /run/jnbd.sock --export img=file:disk.img,size=20G,readonly",
+        "  jnbd serve --config /etc/jnbd.conf",
+        "",
+        "Connect with:",
+        "  nbdinfo --list nbd://127.0.0.1:10809",
+        "  qemu-img info nbd://127.0.0.1:10809/default",
+        "  nbd-client -N default 127.0.0.1 10809 /dev/nbd0",
+        "",
+        "SIGINT or SIGTERM: stop accepting, finish the requests in flight, flush, exit 0."})
+public final class ServeCommand implements Callable<Integer> {
+
+    @Option(names = "--listen", paramLabel = "HOST:PORT",
+        description = "TCP address to listen on; repeatable (default 127.0.0.1:10809 unless only --unix is given)")
+    List<String> listen = new ArrayList<>();
+
+    @Option(names = "--unix", paramLabel = "PATH", description = "Unix socket to listen on; repeatable")
+    List<Path> unix = new ArrayList<>();
+
+    @Option(names = {"-e", "--export"}, paramLabel = "NAME=SPEC", description = "an export; repeatable (see SPEC above)")
+    List<String> exports = new ArrayList<>();
+
+    @Option(names = "--config", paramLabel = "FILE",
+        description = "read listeners and exports from FILE (lines 'listen = HOST:PORT', 'unix = PATH', "
+            + "'export NAME = SPEC', 'default-export = NAME'; '#' starts a comment)")
+    Path config;
+
+    @Option(names = "--default-export", paramLabel = "NAME",
+        description = "export that the empty name selects (default: the first export)")
+    String defaultExport;
+
+    @Option(names = "--handshake-timeout", paramLabel = "SECONDS", defaultValue = "10",
+        description = "close clients that have not finished the handshake by then (default ${DEFAULT-VALUE})")
+    int handshakeTimeout;
+
+    @Option(names = "--requests-in-flight", paramLabel = "N", defaultValue = "64",
+        description = "requests served at once per connection before the server stops reading from it (default ${DEFAULT-VALUE})")
+    int requestsInFlight;
+
+    @Option(names = "--io-threads", paramLabel = "N", defaultValue = "32",
+        description = "threads running disk operations (default ${DEFAULT-VALUE})")
+    int ioThreads;
+
+    @Option(names = "--buffer-memory", paramLabel = "SIZE", defaultValue = "256M",
+        description = "off-heap memory all connections may hold for block data (default ${DEFAULT-VALUE})")
+    String bufferMemory;
+
+    @Option(names = "--stats-interval", paramLabel = "SECONDS", defaultValue = "0",
+        description = "every N seconds, log throughput and p50/p99 time of requests in each state "
+            + "(waiting, disk, sending, total); 0 = off")
+    int statsInterval;
+
+    @Option(names = "--data-dir", paramLabel = "DIR", defaultValue = "jnbd-data",
+        description = "where the embedded default export keeps default.img (default ./${DEFAULT-VALUE})")
+    Path dataDir;
+
     @Override
-    public void run() {
-        throw new UnsupportedOperationException("serve is not available in this build");
+    public Integer call() throws Exception {
+        PrintStream err = System.err;
+        List<ExportSpec> specs = new ArrayList<>();
+        List<String> tcp = new ArrayList<>(listen);
+        List<Path> unixPaths = new ArrayList<>(unix);
+        String defaultName = defaultExport;
+        try {
+            if (config != null) {
+                ConfigFile cf = ConfigFile.read(config);
+                specs.addAll(cf.exports());
+                tcp.addAll(cf.listen());
+                cf.unix().forEach(u -> unixPaths.add(Path.of(u)));
+                if (defaultName == null) defaultName = cf.defaultExport();
+            }
+            for (String e : exports) specs.add(ExportSpec.parse(e));
+            if (specs.isEmpty()) {
+                specs.add(ExportSpec.parse("default", "file:" + dataDir.resolve("default.img").toAbsolutePath() + ",size=1G"));
+            }
+            if (tcp.isEmpty() && unixPaths.isEmpty()) tcp.add("127.0.0.1:" + io.jnbd.protocol.Nbd.DEFAULT_PORT);
+        } catch (IllegalArgumentException | NoSuchFileException e) {
+            err.println("jnbd serve: " + (e instanceof NoSuchFileException ? "no such config file " + e.getMessage() : e.getMessage()));
+            return 2;
+        }
+
+        List<SocketAddress> addresses = new ArrayList<>();
+        for (String t : tcp) {
+            try {
+                addresses.add(parseHostPort(t));
+            } catch (IllegalArgumentException e) {
+                err.println("jnbd serve: " + e.getMessage());
+                return 2;
+            }
+        }
+        unixPaths.forEach(p -> addresses.add(UnixDomainSocketAddress.of(p)));
+
+        List<Export> opened = new ArrayList<>();
+        for (ExportSpec s : specs) {
+            try {
+                opened.add(s.openExport());
+            } catch (IOException e) {
+                opened.forEach(ServeCommand::closeQuietly);
+                err.println("jnbd serve: export '" + s.name() + "': cannot open " + s.target() + ": " + describe(e));
+                return 1;
+            }
+        }
+        Exports registry;
+        try {
+            registry = new Exports(opened, defaultName);
+        } catch (IllegalArgumentException e) {
+            opened.forEach(ServeCommand::closeQuietly);
+            err.println("jnbd serve: " + e.getMessage());
+            return 2;
+        }
+        ServerConfig cfg = ServerConfig.defaults()
+            .withHandshakeTimeout(Duration.ofSeconds(handshakeTimeout))
+            .withRequestsInFlight(requestsInFlight)
+            .withIoThreads(ioThreads)
+            .withBufferBudget(ExportSpec.parseSize(bufferMemory));
+        NbdServer server = new NbdServer(registry, cfg);
+        // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
+        installSignalHandlers(server);
+        List<SocketAddress> bound = new ArrayList<>();
+        for (SocketAddress a : addresses) {
+            try {
+                bound.add(server.listen(a));
+            } catch (IOException e) {
+                if (server.isStopping()) {
+                    server.awaitStop();
+                    return 0;
+                }
+                err.println("jnbd serve: cannot listen on " + NbdServer.describe(a) + ": "
+                    + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
+                server.stop(Duration.ZERO);
+                return 1;
+            }
+        }
+        if (statsInterval > 0) server.reportStatsEvery(Duration.ofSeconds(statsInterval));
+        printBanner(registry, bound);
+        server.awaitStop();
+        return 0;
+    }
+
+    private static void closeQuietly(Export e) {
+        try {
+            e.backend().close();
+        } catch (IOException ignored) {
+            // start-up already failed; the first error is the one to report
+        }
+    }
+
+    private static String describe(IOException e) {
+        if (e instanceof NoSuchFileException n) return n.getReason() != null ? n.getReason() : "no such file";
+        if (e instanceof AccessDeniedException) return "permission denied";
+        return e.getMessage() != null ? e.getMessage() : e.toString();
+    }
+
+    static InetSocketAddress parseHostPort(String s) {
+        int colon = s.lastIndexOf(':');
+        if (colon < 0) throw new IllegalArgumentException("'" + s + "' is not HOST:PORT");
+        String host = s.substring(0, colon);
+        if (host.startsWith("[") && host.endsWith("]")) host = host.substring(1, host.length() - 1);
+        int port;
+        try {
+            port = Integer.parseInt(s.substring(colon + 1));
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("'" + s + "' has no valid port");
+        }
+        if (port < 0 || port > 65535) throw new IllegalArgumentException("port " + port + " is out of range");
+        return new InetSocketAddress(host.isEmpty() ? "0.0.0.0" : host, port);
+    }
+
+    /** SIGINT and SIGTERM mean a clean stop with exit status 0, not the JVM's 130/143. */
+    @SuppressWarnings("restriction")
+    private static void installSignalHandlers(NbdServer server) {
+        for (String name : List.of("INT", "TERM")) {
+            try {
+                sun.misc.Signal.handle(new sun.misc.Signal(name), sig ->
+                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> server.stop(Duration.ofSeconds(30))));
+            } catch (IllegalArgumentException e) {
+                // signal not available on this platform: the JVM's default handling applies
+            }
+        }
+    }
+
+    private static void printBanner(Exports registry, List<SocketAddress> bound) {
+        PrintStream out = System.out;
+        out.println("jnbd: serving " + registry.all().size() + " export(s); press Ctrl-C to stop");
+        for (Export e : registry.all()) {
+            out.printf("  %-12s %s, %d bytes%s%s%n", e.name(), e.backend().describe(), e.backend().size(),
+                e.name().equals(registry.defaultName()) ? " (default)" : "",
+                e.description().isEmpty() ? "" : " - " + e.description());
+        }
+        String name = registry.defaultName();
+        out.println("Connect with:");
+        for (SocketAddress a : bound) {
+            String uri = a instanceof InetSocketAddress inet
+                ? "nbd://" + hostForUri(inet) + ":" + inet.getPort() + "/" + name
+                : "nbd+unix:///" + name + "?socket=" + ((UnixDomainSocketAddress) a).getPath();
+            out.println("  nbdinfo " + uri);
+            out.println("  qemu-img info " + uri);
+        }
+        out.flush();
+    }
+
+    private static String hostForUri(InetSocketAddress a) {
+        String h = a.getHostString();
+        if (h.equals("0.0.0.0")) return "127.0.0.1";
+        return h.contains(":") ? "[" + h + "]" : h;
     }
 }

@@ -1,0 +1,53 @@
+package io.jnbd.server;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The {@code --config} file: the command line's options, one per line.
+ *
+ * <pre>
+ * # comments and blank lines are ignored
+ * listen = 127.0.0.1:10809
+ * unix = /run/jnbd.sock
+ * default-export = disk
+ * export disk = file:/var/lib/vm.img,mode=direct
+ * export scratch = memory:4G,description=Scratch space
+ * </pre>
+ */
+public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec> exports, String defaultExport) {
+
+    public static ConfigFile read(Path path) throws IOException {
+        List<String> listen = new ArrayList<>(), unix = new ArrayList<>();
+        List<ExportSpec> exports = new ArrayList<>();
+        String defaultExport = null;
+        int n = 0;
+        for (String raw : Files.readAllLines(path)) {
+            n++;
+            String line = raw.strip();
+            if (line.isEmpty() || line.startsWith("#")) continue;
+            int eq = line.indexOf('=');
+            if (eq < 0) throw new IllegalArgumentException(path + ":" + n + ": expected KEY = VALUE");
+            String key = line.substring(0, eq).strip();
+            String value = line.substring(eq + 1).strip();
+            try {
+                if (key.startsWith("export ")) {
+                    exports.add(ExportSpec.parse(key.substring("export ".length()).strip(), value));
+                } else {
+                    switch (key) {
+                        case "listen" -> listen.add(value);
+                        case "unix" -> unix.add(value);
+                        case "default-export" -> defaultExport = value;
+                        default -> throw new IllegalArgumentException("unknown setting '" + key + "'");
+                    }
+                }
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(path + ":" + n + ": " + e.getMessage());
+            }
+        }
+        return new ConfigFile(listen, unix, exports, defaultExport);
+    }
+}

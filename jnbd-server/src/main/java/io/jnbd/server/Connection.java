@@ -1,0 +1,510 @@
+package io.jnbd.server;
+
+import io.jnbd.protocol.BlockStatusDescriptor;
+import io.jnbd.protocol.Chunks;
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.ProtocolException;
+import io.jnbd.protocol.Request;
+import io.jnbd.protocol.SimpleReply;
+import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.Extent;
+import io.jnbd.server.backend.NbdErrorException;
+import io.jnbd.server.io.BufferPool;
+import io.jnbd.server.io.Channels;
+import io.jnbd.server.io.Releasable;
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One client connection: the handshake, then the transmission phase.
+ *
+ * <p>Three roles share the work. This thread reads and validates requests (and write payloads), draining
+ * whatever the client has sent; the server's I/O threads run backend calls; the connection's
+ * {@link ReplyWriter} sends replies. Each request moves received → reading (backend) → sending → done,
+ * holding one permit of the connection's window from the moment it is read until its reply is on the wire.
+ */
+final class Connection implements Runnable {
+    private static final Logger log = LoggerFactory.getLogger(Connection.class);
+    private static final int INPUT_BUFFER = 256 * 1024;
+    private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
+
+    private final NbdServer server;
+    private final SocketChannel channel;
+    private final String peer;
+    private final ConnectionStats stats = new ConnectionStats();
+    private final int window;
+    private final Semaphore inFlight;
+    /** Per-connection bound on buffered block data, in 4 KiB units, so one client cannot take the whole budget. */
+    private final Semaphore byteBudget = new Semaphore(CONNECTION_BUFFER_BYTES / 4096);
+    private volatile boolean transmitting;
+    private volatile boolean stopRequested;
+    private Session session;
+    private ReplyWriter writer;
+    private Thread readerThread;
+
+    Connection(NbdServer server, SocketChannel channel, String peer) {
+        this.server = server;
+        this.channel = channel;
+        this.peer = peer;
+        this.window = server.config().requestsInFlight();
+        this.inFlight = new Semaphore(window);
+    }
+
+    String peer() {
+        return peer;
+    }
+
+    boolean inTransmission() {
+        return transmitting;
+    }
+
+    /** Stops reading new requests; requests already read are still served and answered. */
+    void stopReading() {
+        stopRequested = true;
+        try {
+            if (transmitting) channel.shutdownInput();
+            else channel.close();
+        } catch (IOException ignored) {
+            // already closed
+        }
+    }
+
+    void abort() {
+        try {
+            channel.close();
+        } catch (IOException ignored) {
+            // already closed
+        }
+    }
+
+    @Override
+    public void run() {
+        String end = "client disconnected";
+        try {
+            session = new Handshake(channel, server.exports(), server::stopping).run();
+            if (session == null) {
+                log.debug("{}: handshake ended without an export", peer);
+                return;
+            }
+            transmitting = true;
+            log.info("{}: connected to export '{}' ({}structured replies{}, flags {})", peer, session.export().name(),
+                session.structuredReplies() ? "" : "no ", session.blockStatusAllowed() ? ", base:allocation" : "",
+                String.join(",", Nbd.transmissionFlagNames(session.transmissionFlags())));
+            end = transmission();
+        } catch (ProtocolException e) {
+            end = "closed for a protocol error: " + e.getMessage();
+        } catch (EOFException | ClosedChannelException e) {
+            end = stopRequested ? "closed by server shutdown" : "client disconnected";
+        } catch (IOException e) {
+            end = "connection error: " + e.getMessage();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            end = "interrupted";
+        } catch (RuntimeException e) {
+            end = "internal error: " + e;
+            log.error("{}: internal error", peer, e);
+        } finally {
+            abort();
+            server.connectionClosed(this);
+            if (session != null) log.info("{}: disconnected from '{}' ({}): {}", peer, session.export().name(), end, stats);
+            else log.info("{}: {} during handshake", peer, end);
+        }
+    }
+
+    /** Reads requests until DISC, EOF or a protocol error; returns why it ended. */
+    private String transmission() throws IOException, ProtocolException, InterruptedException {
+        Backend backend = session.export().backend();
+        RequestValidator validator = new RequestValidator(session);
+        writer = new ReplyWriter(channel, this::completed, this::abort);
+        readerThread = Thread.currentThread();
+        Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
+        // Requests are read in bulk: one read system call takes in every request the client has sent so far.
+        ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
+        ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
+        List<InFlight> batch = new ArrayList<>();
+        String end = "client disconnected";
+        try {
+            while (true) {
+                if (in.remaining() < Nbd.REQUEST_SIZE) {
+                    // Everything received so far is parsed: hand it over before waiting for more.
+                    submit(batch, backend);
+                    in.compact();
+                    int n = channel.read(in);
+                    in.flip();
+                    if (n < 0) {
+                        if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");
+                        end = stopRequested ? "closed by server shutdown" : "client disconnected";
+                        break;
+                    }
+                    continue;
+                }
+                Request r = Request.decode(in);
+                long received = System.nanoTime();
+                stats.requests.increment();
+                if (r.type() == Nbd.CMD_DISC) {
+                    end = "client sent DISC";
+                    break;
+                }
+                int error = validator.check(r);
+                if (r.hasPayload() && r.length() > server.config().maxPayload()
+                        && r.length() > server.config().writeDiscardLimit()) {
+                    throw new ProtocolException("write of " + r.length() + " bytes is beyond any payload this server reads");
+                }
+                if (r.hasPayload() && error != 0) {
+                    long buffered = Math.min(in.remaining(), r.length());
+                    in.position(in.position() + (int) buffered);
+                    Channels.discard(channel, r.length() - buffered, scratch);
+                }
+                int bytes = error == 0 && needsBuffer(r, backend) ? bytePermits(r.length()) : 0;
+                InFlight f = new InFlight(r, received, bytes);
+                // Never block holding requests that are not yet submitted: their permits would never return.
+                if (!inFlight.tryAcquire()) {
+                    submit(batch, backend);
+                    inFlight.acquire();
+                }
+                if (bytes > 0 && !byteBudget.tryAcquire(bytes)) {
+                    submit(batch, backend);
+                    byteBudget.acquire(bytes);
+                }
+                if (error != 0) {
+                    replyError(f, error, errorMessage(r, error));
+                    continue;
+                }
+                if (r.hasPayload() && r.length() > 0) {
+                    f.payload = server.buffers().acquire((int) r.length());
+                    ByteBuffer dst = f.payload.buffer();
+                    // The part already buffered is copied; the rest goes from the socket straight into the payload.
+                    int buffered = (int) Math.min(in.remaining(), r.length());
+                    dst.put(in.slice(in.position(), buffered));
+                    in.position(in.position() + buffered);
+                    try {
+                        Channels.readExactly(channel, dst);
+                    } catch (IOException e) {
+                        completed(f);
+                        throw e;
+                    }
+                    dst.flip();
+                }
+                batch.add(f);
+            }
+        } finally {
+            submit(batch, backend);
+            // Serve what was already accepted, then let the writer drain and stop.
+            boolean drained = inFlight.tryAcquire(window, 60, TimeUnit.SECONDS);
+            writer.finish();
+            writerThread.join(TimeUnit.SECONDS.toMillis(10));
+            if (drained) inFlight.release(window);
+        }
+        return end;
+    }
+
+    /** Requests that hold an off-heap buffer while in flight (a write payload or a read not sent by sendfile). */
+    private static boolean needsBuffer(Request r, Backend backend) {
+        return r.type() == Nbd.CMD_WRITE || (r.type() == Nbd.CMD_READ && backend.zeroCopySource() == null);
+    }
+
+    private static int bytePermits(long length) {
+        return (int) Math.max(1, (length + 4095) / 4096);
+    }
+
+    /** Sends a reply part: inline when called on the reader thread itself, else through the writer thread. */
+    private void emit(ReplyWriter.Part part) {
+        if (Thread.currentThread() == readerThread) writer.sendInline(part);
+        else writer.send(part);
+    }
+
+    /** The last part of a request's reply is on the wire (or the connection is gone). */
+    private void completed(InFlight f) {
+        f.releasePayload();
+        if (f.bytePermits > 0) byteBudget.release(f.bytePermits);
+        inFlight.release();
+        server.stats().complete(f.timing, System.nanoTime());
+    }
+
+    /** Plans a batch with the export's scheduler and starts its operations. */
+    private void submit(List<InFlight> batch, Backend backend) {
+        if (batch.isEmpty()) return;
+        FileChannel source = backend.zeroCopySource();
+        List<Request> requests = new ArrayList<>(batch.size());
+        java.util.Map<Request, InFlight> byRequest = new java.util.IdentityHashMap<>();
+        for (InFlight f : batch) {
+            requests.add(f.request);
+            byRequest.put(f.request, f);
+        }
+        batch.clear();
+        BatchScheduler.Plan plan = session.export().scheduler().plan(requests);
+        List<Runnable> tasks = new ArrayList<>(plan.ops().size());
+        for (BatchScheduler.Op op : plan.ops()) {
+            List<InFlight> members = new ArrayList<>(op.members().size());
+            for (Request r : op.members()) members.add(byRequest.get(r));
+            InFlight first = members.getFirst();
+            Request r = first.request;
+            if (r.type() == Nbd.CMD_READ && members.size() == 1) {
+                if (r.length() == 0) {
+                    replyOk(first);
+                    continue;
+                }
+                if (source != null) {
+                    // Page cache to socket by sendfile: no buffer, no I/O thread; the writer does the transfer.
+                    stats.bytesRead.add(r.length());
+                    server.stats().bytesRead.add(r.length());
+                    writer.sendInline(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
+                        backend.zeroCopyFd(), r.offset(), r.length(), first));
+                    continue;
+                }
+                ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());
+                if (split.chunks() > 1 && !plan.sequential()) {
+                    new SplitRead(first, backend, split).start();
+                    continue;
+                }
+            }
+            tasks.add(() -> serve(op, members, backend));
+        }
+        if (tasks.isEmpty()) return;
+        if (backend.nonBlocking()) {
+            // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
+            tasks.forEach(Runnable::run);
+        } else if (plan.sequential()) {
+            server.io().execute(() -> tasks.forEach(Runnable::run));
+        } else {
+            for (Runnable t : tasks) server.io().execute(t);
+        }
+    }
+
+    private static String errorMessage(Request r, int error) {
+        return switch (error) {
+            case Nbd.EPERM -> "export is read-only";
+            case Nbd.ENOSPC -> "request runs past the end of the export";
+            case Nbd.EOVERFLOW -> "request is larger than the maximum payload";
+            default -> "invalid request " + r;
+        };
+    }
+
+    /** Runs one disk operation and replies to every request it serves. */
+    private void serve(BatchScheduler.Op op, List<InFlight> members, Backend backend) {
+        InFlight first = members.getFirst();
+        Request r = first.request;
+        first.timing.diskStart = System.nanoTime();
+        try {
+            switch (op.type()) {
+                case Nbd.CMD_READ -> {
+                    readAndReply(op, members, backend);
+                    return;
+                }
+                case Nbd.CMD_WRITE -> {
+                    if (members.size() == 1) {
+                        if (first.payload != null) backend.write(r.offset(), first.payload.buffer(), r.has(Nbd.CMD_FLAG_FUA));
+                    } else {
+                        ByteBuffer[] bufs = new ByteBuffer[members.size()];
+                        for (int i = 0; i < bufs.length; i++) bufs[i] = members.get(i).payload.buffer();
+                        backend.write(op.offset(), bufs, op.fua());
+                    }
+                    stats.bytesWritten.add(op.length());
+                    server.stats().bytesWritten.add(op.length());
+                }
+                case Nbd.CMD_FLUSH -> backend.flush();
+                case Nbd.CMD_TRIM -> {
+                    if (r.length() > 0) backend.trim(r.offset(), r.length(), r.has(Nbd.CMD_FLAG_FUA));
+                }
+                case Nbd.CMD_WRITE_ZEROES -> {
+                    if (r.length() > 0) {
+                        backend.zero(r.offset(), r.length(), !r.has(Nbd.CMD_FLAG_NO_HOLE),
+                            r.has(Nbd.CMD_FLAG_FAST_ZERO), r.has(Nbd.CMD_FLAG_FUA));
+                    }
+                }
+                case Nbd.CMD_CACHE -> {
+                    if (r.length() > 0) backend.cache(r.offset(), r.length());
+                }
+                case Nbd.CMD_BLOCK_STATUS -> {
+                    blockStatus(first, backend);
+                    return;
+                }
+                default -> throw new IllegalStateException("unvalidated command " + r);
+            }
+            markDiskDone(members);
+            for (InFlight m : members) {
+                m.releasePayload();
+                replyOk(m);
+            }
+        } catch (Throwable t) {
+            if (t instanceof InterruptedException) Thread.currentThread().interrupt();
+            int error = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
+            if (error == Nbd.EIO) log.warn("{}: {} failed: {}", peer, r, t.toString());
+            markDiskDone(members);
+            for (InFlight m : members) {
+                m.releasePayload();
+                replyError(m, error, t.getMessage() != null ? t.getMessage() : t.toString());
+            }
+        }
+    }
+
+    private static void markDiskDone(List<InFlight> members) {
+        long now = System.nanoTime();
+        long start = members.getFirst().timing.diskStart;
+        for (InFlight m : members) {
+            m.timing.diskStart = start;
+            m.timing.diskEnd = now;
+        }
+    }
+
+    /** One backend read for the whole operation; each member's reply carries its own slice of the buffer. */
+    private void readAndReply(BatchScheduler.Op op, List<InFlight> members, Backend backend)
+            throws IOException, InterruptedException {
+        BufferPool.Lease lease = server.buffers().acquire((int) op.length());
+        try {
+            backend.read(op.offset(), lease.buffer());
+        } catch (IOException | RuntimeException e) {
+            lease.release();
+            throw e;
+        }
+        markDiskDone(members);
+        stats.bytesRead.add(op.length());
+        server.stats().bytesRead.add(op.length());
+        Releasable[] shares = Releasable.share(lease, members.size());
+        for (int i = 0; i < members.size(); i++) {
+            InFlight m = members.get(i);
+            Request r = m.request;
+            ByteBuffer slice = lease.buffer().slice((int) (r.offset() - op.offset()), (int) r.length());
+            emit(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), slice, shares[i], m));
+        }
+    }
+
+    private void blockStatus(InFlight f, Backend backend) throws IOException {
+        Request r = f.request;
+        List<Extent> extents = backend.extents(r.offset(), r.length());
+        List<BlockStatusDescriptor> out = new ArrayList<>();
+        long left = r.length();
+        for (Extent e : extents) {
+            if (left <= 0) break;
+            long len = Math.min(Math.min(e.length(), left), 0xFFFF_F000L); // stays within 32 bits, 4K-aligned
+            out.add(new BlockStatusDescriptor(len, e.flags()));
+            left -= len;
+            if (r.has(Nbd.CMD_FLAG_REQ_ONE)) break;
+        }
+        if (out.isEmpty()) out.add(new BlockStatusDescriptor(Math.min(r.length(), 0xFFFF_F000L), 0));
+        ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(out.size()));
+        Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), session.metaContextId(), out);
+        markDiskDone(List.of(f));
+        emit(ReplyWriter.Part.of(b.flip(), f));
+    }
+
+    /** The header in front of read data: a simple reply, or an OFFSET_DATA chunk. */
+    private ByteBuffer readHeader(Request r, long offset, int length, boolean done) {
+        ByteBuffer h;
+        if (session.structuredReplies()) {
+            h = ByteBuffer.allocate(Chunks.OFFSET_DATA_PREFIX);
+            Chunks.offsetDataPrefix(h, done ? Nbd.REPLY_FLAG_DONE : 0, r.cookie(), offset, length);
+        } else {
+            h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+            SimpleReply.encode(h, 0, r.cookie());
+        }
+        return h.flip();
+    }
+
+    private void replyOk(InFlight f) {
+        Request r = f.request;
+        ByteBuffer h;
+        if (r.type() == Nbd.CMD_READ && session.structuredReplies()) {
+            h = ByteBuffer.allocate(Nbd.STRUCTURED_REPLY_SIZE);
+            Chunks.none(h, r.cookie());
+        } else {
+            h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+            SimpleReply.encode(h, 0, r.cookie());
+        }
+        emit(ReplyWriter.Part.of(h.flip(), f));
+    }
+
+    private void replyError(InFlight f, int error, String message) {
+        Request r = f.request;
+        stats.errors.increment();
+        ByteBuffer h;
+        if (session.structuredReplies()) {
+            String msg = message.length() > 1024 ? message.substring(0, 1024) : message;
+            h = ByteBuffer.allocate(Chunks.errorSize(msg));
+            Chunks.error(h, Nbd.REPLY_FLAG_DONE, r.cookie(), error, msg);
+        } else {
+            h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+            SimpleReply.encode(h, error, r.cookie());
+        }
+        emit(ReplyWriter.Part.of(h.flip(), f));
+    }
+
+    /**
+     * A large read split into chunks read in parallel, each sent as its own OFFSET_DATA chunk as soon as the
+     * disk delivers it, in whatever order that is: the network starts before the disk has finished the
+     * request (gmblock's synchronized multi-stream sends). At most {@code streams} chunks are read at once.
+     */
+    private final class SplitRead {
+        private final InFlight flight;
+        private final Request request;
+        private final Backend backend;
+        private final ReadPlan plan;
+        private final AtomicInteger next = new AtomicInteger();
+        private int unsent;
+
+        SplitRead(InFlight flight, Backend backend, ReadPlan plan) {
+            this.flight = flight;
+            this.request = flight.request;
+            this.backend = backend;
+            this.plan = plan;
+            this.unsent = plan.chunks();
+        }
+
+        void start() {
+            for (int i = 0; i < Math.min(plan.streams(), plan.chunks()); i++) submitNext();
+        }
+
+        private void submitNext() {
+            int index = next.getAndIncrement();
+            if (index < plan.chunks()) server.io().execute(() -> readChunk(index));
+        }
+
+        private void readChunk(int index) {
+            long offset = request.offset() + (long) index * plan.chunkSize();
+            int length = (int) Math.min(plan.chunkSize(), request.offset() + request.length() - offset);
+            BufferPool.Lease lease = null;
+            int error = 0;
+            String message = null;
+            try {
+                lease = server.buffers().acquire(length);
+                if (index == 0) flight.timing.diskStart = System.nanoTime();
+                backend.read(offset, lease.buffer());
+                lease.buffer().flip();
+            } catch (Throwable t) {
+                if (lease != null) lease.release();
+                lease = null;
+                error = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
+                message = t.getMessage() != null ? t.getMessage() : t.toString();
+                log.warn("{}: {} failed at offset {}: {}", peer, request, offset, message);
+            }
+            submitNext();
+            // Ordering the sends under one lock lets the last chunk to arrive carry the DONE flag.
+            synchronized (this) {
+                boolean last = --unsent == 0;
+                InFlight completes = last ? flight : null;
+                if (last) flight.timing.diskEnd = System.nanoTime();
+                if (lease != null) {
+                    stats.bytesRead.add(length);
+                    server.stats().bytesRead.add(length);
+                    emit(ReplyWriter.Part.withData(readHeader(request, offset, length, last), lease.buffer(), lease, completes));
+                } else {
+                    stats.errors.increment();
+                    ByteBuffer h = ByteBuffer.allocate(Chunks.errorOffsetSize(message));
+                    Chunks.errorOffset(h, last ? Nbd.REPLY_FLAG_DONE : 0, request.cookie(), error, message, offset);
+                    emit(ReplyWriter.Part.of(h.flip(), completes));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,35 @@
+package io.jnbd.server;
+
+import io.jnbd.protocol.Nbd;
+import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.Backend.Capability;
+
+/** A named, opened export: the backend every connection to it shares, and what it advertises. */
+public record Export(String name, String description, Backend backend, ExportTuning tuning) {
+
+    public Export(String name, String description, Backend backend) {
+        this(name, description, backend, ExportTuning.DEFAULT);
+    }
+
+    /** Largest run of adjacent requests the sorted scheduler merges into one disk operation. */
+    private static final long MAX_MERGE = 8L << 20;
+
+    public BatchScheduler scheduler() {
+        return new BatchScheduler(tuning.scheduler(), MAX_MERGE);
+    }
+
+    /** Transmission flags derived from the backend's capabilities; the edge enforces the same set. */
+    public int transmissionFlags(boolean structuredReplies) {
+        int f = Nbd.FLAG_HAS_FLAGS;
+        if (!backend.can(Capability.WRITE)) f |= Nbd.FLAG_READ_ONLY;
+        if (backend.can(Capability.FLUSH)) f |= Nbd.FLAG_SEND_FLUSH;
+        if (backend.can(Capability.FUA)) f |= Nbd.FLAG_SEND_FUA;
+        if (backend.can(Capability.TRIM)) f |= Nbd.FLAG_SEND_TRIM;
+        if (backend.can(Capability.ZERO)) f |= Nbd.FLAG_SEND_WRITE_ZEROES;
+        if (backend.can(Capability.ZERO) && backend.can(Capability.FAST_ZERO)) f |= Nbd.FLAG_SEND_FAST_ZERO;
+        if (backend.can(Capability.CACHE)) f |= Nbd.FLAG_SEND_CACHE;
+        if (backend.can(Capability.MULTI_CONN)) f |= Nbd.FLAG_CAN_MULTI_CONN;
+        if (structuredReplies) f |= Nbd.FLAG_SEND_DF;
+        return f;
+    }
+}

@@ -1,0 +1,235 @@
+package io.jnbd.server;
+
+import io.jnbd.protocol.ExportRequest;
+import io.jnbd.protocol.Info;
+import io.jnbd.protocol.MetaContextRequest;
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.OptionHeader;
+import io.jnbd.protocol.OptionReplyHeader;
+import io.jnbd.protocol.ProtocolException;
+import io.jnbd.protocol.Strings;
+import io.jnbd.server.backend.BlockSizes;
+import io.jnbd.server.io.Channels;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.BooleanSupplier;
+
+/**
+ * The server side of fixed newstyle negotiation, from the greeting to the first transmission request.
+ * Returns the agreed {@link Session}, or null when the client ended the handshake (ABORT, EOF).
+ * A client that breaks the protocol gets a {@link ProtocolException}; the caller closes only that connection.
+ */
+final class Handshake {
+    /** The largest option we read; real options are a few hundred bytes, and strings are capped at 4096. */
+    static final int MAX_OPTION_LENGTH = 64 * 1024;
+    private static final int CONTEXT_ID_BASE_ALLOCATION = 1;
+
+    private final SocketChannel channel;
+    private final Exports exports;
+    private final BooleanSupplier shuttingDown;
+
+    private boolean noZeroes;
+    private boolean structured;
+    private String metaContextExport; // export name the last SET_META_CONTEXT selected base:allocation for
+    private int metaContextId;
+
+    Handshake(SocketChannel channel, Exports exports, BooleanSupplier shuttingDown) {
+        this.channel = channel;
+        this.exports = exports;
+        this.shuttingDown = shuttingDown;
+    }
+
+    Session run() throws IOException, ProtocolException {
+        ByteBuffer greeting = ByteBuffer.allocate(18);
+        greeting.putLong(Nbd.NBDMAGIC).putLong(Nbd.IHAVEOPT).putShort((short) (Nbd.FLAG_FIXED_NEWSTYLE | Nbd.FLAG_NO_ZEROES)).flip();
+        Channels.writeFully(channel, greeting);
+
+        ByteBuffer clientFlags = ByteBuffer.allocate(4);
+        if (!Channels.readFully(channel, clientFlags)) return null;
+        int flags = clientFlags.flip().getInt();
+        if ((flags & ~(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES)) != 0) {
+            throw new ProtocolException("unknown client flags 0x" + Integer.toHexString(flags));
+        }
+        noZeroes = (flags & Nbd.FLAG_C_NO_ZEROES) != 0;
+
+        ByteBuffer header = ByteBuffer.allocate(Nbd.OPTION_HEADER_SIZE);
+        while (true) {
+            header.clear();
+            if (!Channels.readFully(channel, header)) return null;
+            OptionHeader opt = OptionHeader.decode(header.flip());
+            if (opt.length() > MAX_OPTION_LENGTH) {
+                throw new ProtocolException("option " + Nbd.optionName(opt.option()) + " claims " + opt.length() + " bytes");
+            }
+            ByteBuffer data = ByteBuffer.allocate((int) opt.length());
+            Channels.readExactly(channel, data);
+            data.flip();
+            Session s = option(opt.option(), data);
+            if (s != null) return s;
+            if (opt.option() == Nbd.OPT_ABORT) return null;
+        }
+    }
+
+    /** Handles one option; returns a session when it ends the handshake. */
+    private Session option(int option, ByteBuffer data) throws IOException, ProtocolException {
+        if (shuttingDown.getAsBoolean() && option != Nbd.OPT_ABORT) {
+            if (option == Nbd.OPT_EXPORT_NAME) throw new ProtocolException("server is shutting down");
+            reply(option, Nbd.REP_ERR_SHUTDOWN, "server is shutting down");
+            return null;
+        }
+        switch (option) {
+            case Nbd.OPT_EXPORT_NAME -> {
+                String name = Strings.read(data, data.remaining());
+                Export export = exports.find(name);
+                // EXPORT_NAME cannot carry an error: the spec says to drop the connection.
+                if (export == null) throw new ProtocolException("unknown export '" + name + "'");
+                Session session = session(export);
+                ByteBuffer out = ByteBuffer.allocate(noZeroes ? 10 : 134);
+                out.putLong(export.backend().size()).putShort((short) session.transmissionFlags());
+                if (!noZeroes) out.put(new byte[124]);
+                Channels.writeFully(channel, out.flip());
+                return session;
+            }
+            case Nbd.OPT_ABORT -> {
+                try {
+                    reply(option, Nbd.REP_ACK);
+                } catch (IOException ignored) {
+                    // the client may already have gone, as the spec allows
+                }
+                return null;
+            }
+            case Nbd.OPT_LIST -> {
+                if (data.hasRemaining()) {
+                    reply(option, Nbd.REP_ERR_INVALID, "LIST takes no data");
+                    return null;
+                }
+                for (Export e : exports.all()) {
+                    byte[] name = Strings.utf8(e.name());
+                    // The bytes after the name are free-form; clients such as nbdinfo show them as the description.
+                    byte[] details = Strings.utf8(e.description());
+                    ByteBuffer b = ByteBuffer.allocate(4 + name.length + details.length)
+                        .putInt(name.length).put(name).put(details).flip();
+                    reply(option, Nbd.REP_SERVER, b);
+                }
+                reply(option, Nbd.REP_ACK);
+            }
+            case Nbd.OPT_STARTTLS -> {
+                if (data.hasRemaining()) reply(option, Nbd.REP_ERR_INVALID, "STARTTLS takes no data");
+                else reply(option, Nbd.REP_ERR_POLICY, "TLS is not configured on this server");
+            }
+            case Nbd.OPT_INFO, Nbd.OPT_GO -> {
+                return infoOrGo(option, data);
+            }
+            case Nbd.OPT_STRUCTURED_REPLY -> {
+                if (data.hasRemaining()) reply(option, Nbd.REP_ERR_INVALID, "STRUCTURED_REPLY takes no data");
+                else if (structured) reply(option, Nbd.REP_ERR_INVALID, "structured replies already negotiated");
+                else {
+                    structured = true;
+                    reply(option, Nbd.REP_ACK);
+                }
+            }
+            case Nbd.OPT_LIST_META_CONTEXT, Nbd.OPT_SET_META_CONTEXT -> metaContext(option, data);
+            default -> reply(option, Nbd.REP_ERR_UNSUP, "option " + Nbd.optionName(option) + " is not supported");
+        }
+        return null;
+    }
+
+    private Session infoOrGo(int option, ByteBuffer data) throws IOException {
+        ExportRequest req;
+        try {
+            req = ExportRequest.decode(data);
+        } catch (ProtocolException e) {
+            reply(option, Nbd.REP_ERR_INVALID, e.getMessage());
+            return null;
+        }
+        Export export = exports.find(req.name());
+        if (export == null) {
+            reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.name() + "'");
+            return null;
+        }
+        Session session = session(export);
+        List<Info> infos = new ArrayList<>();
+        infos.add(new Info.Export(export.backend().size(), session.transmissionFlags()));
+        if (req.infoRequests().contains(Nbd.INFO_NAME)) infos.add(new Info.Name(export.name()));
+        if (req.infoRequests().contains(Nbd.INFO_DESCRIPTION) && !export.description().isEmpty()) {
+            infos.add(new Info.Description(export.description()));
+        }
+        BlockSizes bs = export.backend().blockSizes();
+        // Sent even when not asked for: the spec lets a server volunteer it, and a client that did not ask ignores it.
+        infos.add(new Info.BlockSize(bs.minimum(), bs.preferred(), bs.maximum()));
+        for (Info info : infos) {
+            ByteBuffer b = ByteBuffer.allocate(info.encodedLength());
+            info.encode(b);
+            reply(option, Nbd.REP_INFO, b.flip());
+        }
+        reply(option, Nbd.REP_ACK);
+        return option == Nbd.OPT_GO ? session : null;
+    }
+
+    private void metaContext(int option, ByteBuffer data) throws IOException {
+        boolean set = option == Nbd.OPT_SET_META_CONTEXT;
+        if (set) {
+            // SET replaces the previous selection even when it fails.
+            metaContextExport = null;
+            metaContextId = 0;
+        }
+        if (!structured) {
+            reply(option, Nbd.REP_ERR_INVALID, "negotiate structured replies first");
+            return;
+        }
+        MetaContextRequest req;
+        try {
+            req = MetaContextRequest.decode(data);
+        } catch (ProtocolException e) {
+            reply(option, Nbd.REP_ERR_INVALID, e.getMessage());
+            return;
+        }
+        Export export = exports.find(req.exportName());
+        if (export == null) {
+            reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.exportName() + "'");
+            return;
+        }
+        boolean match = false;
+        if (req.queries().isEmpty()) {
+            match = !set; // LIST with no queries lists everything; SET with none selects nothing
+        }
+        for (String q : req.queries()) {
+            if (q.indexOf(':') <= 0) {
+                reply(option, Nbd.REP_ERR_INVALID, "query '" + q + "' has no namespace");
+                return;
+            }
+            if (q.equals(Nbd.CONTEXT_BASE_ALLOCATION) || (!set && q.equals("base:"))) match = true;
+        }
+        if (match) {
+            int id = set ? CONTEXT_ID_BASE_ALLOCATION : 0;
+            byte[] name = Strings.utf8(Nbd.CONTEXT_BASE_ALLOCATION);
+            reply(option, Nbd.REP_META_CONTEXT, ByteBuffer.allocate(4 + name.length).putInt(id).put(name).flip());
+            if (set) {
+                metaContextExport = export.name();
+                metaContextId = id;
+            }
+        }
+        reply(option, Nbd.REP_ACK);
+    }
+
+    private Session session(Export export) {
+        int ctx = structured && export.name().equals(metaContextExport) ? metaContextId : 0;
+        return new Session(export, structured, ctx, export.transmissionFlags(structured));
+    }
+
+    private void reply(int option, int type) throws IOException {
+        reply(option, type, ByteBuffer.allocate(0));
+    }
+
+    private void reply(int option, int type, String message) throws IOException {
+        reply(option, type, ByteBuffer.wrap(Strings.utf8(message)));
+    }
+
+    private void reply(int option, int type, ByteBuffer payload) throws IOException {
+        ByteBuffer h = ByteBuffer.allocate(Nbd.OPTION_REPLY_HEADER_SIZE);
+        OptionReplyHeader.encode(h, option, type, payload.remaining());
+        Channels.writeFully(channel, new ByteBuffer[] {h.flip(), payload});
+    }
+}

@@ -1,0 +1,271 @@
+package io.jnbd.server;
+
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.Request;
+import io.jnbd.server.io.BufferPool;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.net.StandardProtocolFamily;
+import java.net.StandardSocketOptions;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * An NBD server: listeners on TCP and Unix sockets, a thread per connection, a shared pool of I/O threads
+ * for backend calls, and one buffer pool for block data.
+ *
+ * <pre>{@code
+ * var exports = new Exports(List.of(new Export("scratch", "", new MemoryBackend(1L << 30))), null);
+ * try (var server = new NbdServer(exports, ServerConfig.defaults())) {
+ *     server.listen(new InetSocketAddress("127.0.0.1", 10809));
+ *     server.awaitStop();
+ * }
+ * }</pre>
+ */
+public final class NbdServer implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
+
+    private final Exports exports;
+    private final ServerConfig config;
+    private final BufferPool buffers;
+    private final ExecutorService io;
+    private final ScheduledExecutorService timers;
+    private final List<ServerSocketChannel> listeners = new ArrayList<>();
+    private final List<Path> unixPaths = new ArrayList<>();
+    private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
+    private final AtomicLong connectionIds = new AtomicLong();
+    private final ServerStats stats = new ServerStats();
+    private volatile boolean stopping;
+    private final Object stopLock = new Object();
+    private boolean stopped;
+
+    public NbdServer(Exports exports, ServerConfig config) {
+        this.exports = exports;
+        this.config = config;
+        this.buffers = new BufferPool(Math.max(config.bufferBudget(), 64L << 20), 64L << 20);
+        // Disk work only: replies leave through each connection's writer, so a stalled client cannot hold these.
+        this.io = Executors.newFixedThreadPool(config.ioThreads(), Thread.ofPlatform().name("jnbd-io-", 0).daemon().factory());
+        this.timers = Executors.newSingleThreadScheduledExecutor(Thread.ofPlatform().name("jnbd-timer").daemon().factory());
+    }
+
+    Exports exports() { return exports; }
+    ServerConfig config() { return config; }
+    BufferPool buffers() { return buffers; }
+    ExecutorService io() { return io; }
+    public ServerStats stats() { return stats; }
+    boolean stopping() { return stopping; }
+
+    /** True once {@link #stop} has begun. */
+    public boolean isStopping() { return stopping; }
+
+    /** Binds a TCP ({@link InetSocketAddress}) or Unix ({@link UnixDomainSocketAddress}) listener and starts accepting. */
+    public SocketAddress listen(SocketAddress address) throws IOException {
+        synchronized (stopLock) {
+            if (stopping) throw new IOException("server is stopping");
+        }
+        ServerSocketChannel server;
+        if (address instanceof UnixDomainSocketAddress unix) {
+            // A socket file left by a server that died is in the way; a live one would still answer.
+            if (Files.exists(unix.getPath()) && !isLive(unix)) Files.delete(unix.getPath());
+            server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
+            server.bind(unix);
+            unixPaths.add(unix.getPath());
+        } else {
+            server = ServerSocketChannel.open();
+            server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
+            server.bind(address, 128);
+        }
+        synchronized (stopLock) {
+            // stop() may have run while we were binding; it could not close what it did not see.
+            if (stopping) {
+                closeQuietly(server);
+                throw new IOException("server is stopping");
+            }
+            listeners.add(server);
+        }
+        SocketAddress bound = server.getLocalAddress();
+        Thread.ofPlatform().name("jnbd-accept-" + bound).start(() -> acceptLoop(server));
+        log.info("listening on {}", describe(bound));
+        return bound;
+    }
+
+    private static boolean isLive(UnixDomainSocketAddress unix) {
+        try (SocketChannel probe = SocketChannel.open(unix)) {
+            return true;
+        } catch (IOException e) {
+            return false;
+        }
+    }
+
+    public static String describe(SocketAddress a) {
+        if (a instanceof InetSocketAddress inet) return inet.getHostString() + ":" + inet.getPort();
+        return a.toString();
+    }
+
+    private void acceptLoop(ServerSocketChannel server) {
+        while (!stopping) {
+            SocketChannel ch;
+            try {
+                ch = server.accept();
+            } catch (ClosedChannelException e) {
+                return;
+            } catch (IOException e) {
+                if (stopping) return;
+                log.warn("accept failed: {}", e.toString());
+                try {
+                    Thread.sleep(100); // e.g. out of file descriptors: do not spin
+                } catch (InterruptedException ie) {
+                    return;
+                }
+                continue;
+            }
+            String peer = peerName(ch);
+            if (connections.size() >= config.maxConnections()) {
+                log.warn("{}: refused, already {} connections", peer, connections.size());
+                closeQuietly(ch);
+                continue;
+            }
+            try {
+                if (ch.getRemoteAddress() instanceof InetSocketAddress) ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            } catch (IOException ignored) {
+                // the option is an optimisation only
+            }
+            Connection c = new Connection(this, ch, peer);
+            connections.add(c);
+            if (stopping) {
+                c.abort();
+                connections.remove(c);
+                return;
+            }
+            timers.schedule(() -> {
+                if (!c.inTransmission() && connections.contains(c)) {
+                    log.info("{}: handshake not finished within {}s, closing", peer, config.handshakeTimeout().toSeconds());
+                    c.abort();
+                }
+            }, config.handshakeTimeout().toMillis(), TimeUnit.MILLISECONDS);
+            Thread.ofPlatform().name("jnbd-conn-" + peer).daemon().start(c);
+        }
+    }
+
+    private String peerName(SocketChannel ch) {
+        long id = connectionIds.incrementAndGet();
+        try {
+            SocketAddress a = ch.getRemoteAddress();
+            if (a instanceof InetSocketAddress inet) return inet.getHostString() + ":" + inet.getPort();
+        } catch (IOException ignored) {
+            // fall through to the numbered name
+        }
+        return "unix#" + id;
+    }
+
+    void connectionClosed(Connection c) {
+        connections.remove(c);
+    }
+
+    /** Logs throughput and the request state histograms every {@code interval}. */
+    public void reportStatsEvery(Duration interval) {
+        long ms = interval.toMillis();
+        stats.report(1); // start the first interval now
+        timers.scheduleAtFixedRate(() -> log.info("stats over {}s: {}", ms / 1000.0, stats.report(ms / 1000.0)),
+            ms, ms, TimeUnit.MILLISECONDS);
+    }
+
+    /** Number of open connections (in handshake or transmission). */
+    public int connectionCount() {
+        return connections.size();
+    }
+
+    ReadPlan readPlan(Export export, Request r, boolean structured) {
+        ExportTuning t = export.tuning();
+        if (!structured || r.has(Nbd.CMD_FLAG_DF) || r.length() <= t.splitThreshold()) return ReadPlan.WHOLE;
+        int chunks = (int) ((r.length() + t.chunkSize() - 1) / t.chunkSize());
+        return new ReadPlan(chunks, t.chunkSize(), t.streams());
+    }
+
+    /**
+     * Stops accepting, lets every connection finish the requests it has already read (waiting up to
+     * {@code grace}), flushes and closes the exports. Idempotent.
+     */
+    public void stop(Duration grace) {
+        List<ServerSocketChannel> toClose;
+        synchronized (stopLock) {
+            if (stopped) return;
+            stopped = true;
+            stopping = true;
+            toClose = List.copyOf(listeners);
+        }
+        for (ServerSocketChannel s : toClose) closeQuietly(s);
+        for (Path p : unixPaths) {
+            try {
+                Files.deleteIfExists(p);
+            } catch (IOException ignored) {
+                // best effort
+            }
+        }
+        for (Connection c : connections) c.stopReading();
+        long deadline = System.nanoTime() + grace.toNanos();
+        while (!connections.isEmpty() && System.nanoTime() < deadline) {
+            try {
+                Thread.sleep(20);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+        for (Connection c : connections) {
+            log.warn("{}: still busy after {}s, closing", c.peer(), grace.toSeconds());
+            c.abort();
+        }
+        for (Export e : exports.all()) {
+            try {
+                e.backend().flush();
+                e.backend().close();
+            } catch (IOException ex) {
+                log.error("export '{}': flush on shutdown failed: {}", e.name(), ex.toString());
+            }
+        }
+        io.shutdown();
+        timers.shutdownNow();
+        synchronized (stopLock) {
+            stopLock.notifyAll();
+        }
+        log.info("stopped");
+    }
+
+    /** Blocks until {@link #stop} has completed. */
+    public void awaitStop() throws InterruptedException {
+        synchronized (stopLock) {
+            while (!stopped || !io.isShutdown()) stopLock.wait();
+        }
+    }
+
+    @Override
+    public void close() {
+        stop(Duration.ofSeconds(30));
+    }
+
+    private static void closeQuietly(java.io.Closeable c) {
+        try {
+            c.close();
+        } catch (IOException ignored) {
+            // closing is best effort
+        }
+    }
+}

@@ -1,0 +1,210 @@
+package io.jnbd.server;
+
+import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.io.Releasable;
+import io.jnbd.server.io.Channels;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
+
+/**
+ * The one thread that writes a connection's replies. Disk workers never touch the socket, so a client
+ * that stops reading stalls only its own writer, never the shared I/O threads. Replies that are ready
+ * together leave in one gathering write; a lone reply goes out at once.
+ */
+final class ReplyWriter implements Runnable {
+    /** How many queued parts one gathering write may carry. */
+    private static final int MAX_GATHER = 64;
+
+    /**
+     * One piece of output: header bytes, then either a buffer of data or a range of a file to sendfile.
+     * {@code completes}: the request whose reply ends with this part, or null if more parts follow.
+     * {@code lease}: released once the part is on the wire.
+     */
+    record Part(ByteBuffer header, ByteBuffer data, Releasable lease, FileChannel file, int fileFd, long filePosition,
+                long fileLength, InFlight completes) {
+        static Part of(ByteBuffer header, InFlight completes) {
+            return new Part(header, null, null, null, -1, 0, 0, completes);
+        }
+
+        static Part withData(ByteBuffer header, ByteBuffer data, Releasable lease, InFlight completes) {
+            return new Part(header, data, lease, null, -1, 0, 0, completes);
+        }
+
+        static Part withFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length, InFlight completes) {
+            return new Part(header, null, null, file, fileFd, position, length, completes);
+        }
+
+        void release() {
+            if (lease != null) lease.release();
+        }
+    }
+
+    private static final Part END = Part.of(ByteBuffer.allocate(0), null);
+
+    private final SocketChannel channel;
+    /** The socket's descriptor for native sendfile with MSG_MORE, or -1 to use the JDK's transferTo. */
+    private final int socketFd;
+    private final LinkedBlockingQueue<Part> queue = new LinkedBlockingQueue<>();
+    private final Consumer<InFlight> onRequestCompleted;
+    private final Runnable onFailure;
+    private volatile boolean failed;
+    /** Serialises the socket between the writer thread and inline senders. */
+    private final ReentrantLock socketLock = new ReentrantLock();
+    /** Parts queued or being written by the writer thread; an inline send is only allowed when zero. */
+    private final AtomicInteger pending = new AtomicInteger();
+
+    ReplyWriter(SocketChannel channel, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
+        this.channel = channel;
+        this.socketFd = NativeIo.socketFd(channel);
+        this.onRequestCompleted = onRequestCompleted;
+        this.onFailure = onFailure;
+    }
+
+    void send(Part part) {
+        if (failed) {
+            part.release();
+            if (part.completes != null) onRequestCompleted.accept(part.completes);
+            return;
+        }
+        if (part.completes != null) part.completes.timing.queued = System.nanoTime();
+        pending.incrementAndGet();
+        queue.add(part);
+    }
+
+    /**
+     * Sends on the caller's thread when nothing is queued ahead and the socket is free, saving the hand-off
+     * to the writer thread (run to completion); otherwise queues. Only a connection's own reader calls this:
+     * if its client is slow to read, the one thread it stalls is that client's.
+     */
+    void sendInline(Part part) {
+        if (failed || !socketLock.tryLock()) {
+            send(part);
+            return;
+        }
+        try {
+            if (pending.get() != 0) {
+                send(part); // keep the order of parts already queued, e.g. the chunks of a split read
+                return;
+            }
+            if (part.completes != null) part.completes.timing.queued = System.nanoTime();
+            List<Part> one = new ArrayList<>(1);
+            one.add(part);
+            try {
+                write(one);
+            } catch (IOException e) {
+                failed = true;
+                release(one);
+                onFailure.run();
+            }
+        } finally {
+            socketLock.unlock();
+        }
+    }
+
+    /** Asks the writer to stop once everything queued so far is written. */
+    void finish() {
+        queue.add(END);
+    }
+
+    @Override
+    public void run() {
+        List<Part> batch = new ArrayList<>(MAX_GATHER);
+        try {
+            while (true) {
+                batch.clear();
+                batch.add(queue.take());
+                socketLock.lock();
+                try {
+                    queue.drainTo(batch, MAX_GATHER - 1);
+                    int taken = batch.size();
+                    boolean end = write(batch);
+                    pending.addAndGet(-(taken - batch.size()));
+                    if (end) return;
+                } finally {
+                    socketLock.unlock();
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } catch (IOException e) {
+            failed = true;
+            onFailure.run();
+        } finally {
+            release(batch);
+            List<Part> rest = new ArrayList<>();
+            queue.drainTo(rest);
+            release(rest);
+        }
+    }
+
+    private void release(List<Part> parts) {
+        for (Part p : parts) {
+            p.release();
+            if (p.completes != null) onRequestCompleted.accept(p.completes);
+        }
+        parts.clear();
+    }
+
+    /**
+     * Writes a batch; returns true if it reached the end marker. Parts that are on the wire are released and
+     * removed from {@code batch}; whatever is left (behind an end marker, or after a failure) the caller releases.
+     */
+    private boolean write(List<Part> batch) throws IOException {
+        List<ByteBuffer> gather = new ArrayList<>(batch.size() * 2);
+        int sent = 0;
+        try {
+            for (int i = 0; i < batch.size(); i++) {
+                Part p = batch.get(i);
+                if (p == END) {
+                    flush(gather);
+                    complete(batch, sent, i);
+                    sent = i;
+                    return true;
+                }
+                if (p.file != null && p.fileFd >= 0 && socketFd >= 0) {
+                    flush(gather);
+                    NativeIo.sendHeaderAndFile(socketFd, p.header, p.fileFd, p.filePosition, p.fileLength);
+                    complete(batch, sent, i + 1);
+                    sent = i + 1;
+                    continue;
+                }
+                gather.add(p.header);
+                if (p.data != null) gather.add(p.data);
+                if (p.file != null) {
+                    flush(gather);
+                    Channels.transferFully(p.file, p.filePosition, p.fileLength, channel);
+                    complete(batch, sent, i + 1);
+                    sent = i + 1;
+                }
+            }
+            flush(gather);
+            complete(batch, sent, batch.size());
+            sent = batch.size();
+            return false;
+        } finally {
+            batch.subList(0, sent).clear();
+        }
+    }
+
+    private void complete(List<Part> batch, int from, int to) {
+        for (int i = from; i < to; i++) {
+            Part p = batch.get(i);
+            p.release();
+            if (p.completes != null) onRequestCompleted.accept(p.completes);
+        }
+    }
+
+    private void flush(List<ByteBuffer> gather) throws IOException {
+        if (gather.isEmpty()) return;
+        Channels.writeFully(channel, gather.toArray(ByteBuffer[]::new));
+        gather.clear();
+    }
+}

@@ -1,0 +1,104 @@
+package io.jnbd.server.backend;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.util.List;
+import java.util.Set;
+
+/**
+ * The storage behind one export. Files, memory and the pool implement it; filters wrap it.
+ *
+ * <p>Every request reaching a backend has already been validated at the protocol edge: ranges lie
+ * inside {@link #size()}, write operations are only sent when {@link Capability#WRITE} is offered,
+ * and so on. Backends therefore check nothing but what only they can know (a filesystem that cannot
+ * punch holes, a fast zero that would be slow). Methods may be called concurrently.
+ */
+public interface Backend extends AutoCloseable {
+
+    /** What a backend offers; each maps to a transmission flag. */
+    enum Capability { WRITE, FLUSH, FUA, TRIM, ZERO, FAST_ZERO, CACHE, EXTENTS, MULTI_CONN }
+
+    long size();
+
+    Set<Capability> capabilities();
+
+    default boolean can(Capability c) {
+        return capabilities().contains(c);
+    }
+
+    /** Block size constraints advertised in {@code NBD_INFO_BLOCK_SIZE}. */
+    default BlockSizes blockSizes() {
+        return BlockSizes.DEFAULT;
+    }
+
+    /** Fills {@code dst} from its position to its limit with the bytes at {@code offset}. */
+    void read(long offset, ByteBuffer dst) throws IOException;
+
+    /**
+     * A channel whose bytes at the same offsets are the export's, for sending reads from the page cache
+     * straight to the socket (sendfile); {@code null} when reads must go through {@link #read}.
+     */
+    default FileChannel zeroCopySource() {
+        return null;
+    }
+
+    /** The file descriptor of {@link #zeroCopySource()} for native sendfile, or -1. */
+    default int zeroCopyFd() {
+        return -1;
+    }
+
+    /** Writes {@code src} from its position to its limit at {@code offset}; durable before return if {@code fua}. */
+    void write(long offset, ByteBuffer src, boolean fua) throws IOException;
+
+    /**
+     * Writes the buffers one after another from {@code offset}, as one operation where the backend can
+     * (the sorted scheduler merges adjacent writes into such a call).
+     */
+    default void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
+        long pos = offset;
+        for (ByteBuffer b : srcs) {
+            int n = b.remaining();
+            write(pos, b, false);
+            pos += n;
+        }
+        if (fua) flush();
+    }
+
+    /** Makes every completed write durable, whichever connection made it. */
+    void flush() throws IOException;
+
+    /** Discards a range; later reads may return old data or zeroes. */
+    void trim(long offset, long length, boolean fua) throws IOException;
+
+    /**
+     * Makes a range read as zeroes. {@code mayTrim}: the range may become a hole. {@code fast}: fail with
+     * {@code ENOTSUP} rather than be slower than writing zeroes.
+     */
+    void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException;
+
+    /** A hint that the range will be read soon. */
+    default void cache(long offset, long length) throws IOException {}
+
+    /**
+     * The allocation status of a range from {@code offset}, as consecutive extents covering at least one
+     * byte and at most {@code length} bytes.
+     */
+    default List<Extent> extents(long offset, long length) throws IOException {
+        return List.of(new Extent(length, false, false));
+    }
+
+    /**
+     * True if no call ever waits for a device (memory): the server then runs requests on the connection's
+     * own thread instead of handing them to the I/O pool.
+     */
+    default boolean nonBlocking() {
+        return false;
+    }
+
+    /** A short description for logs, e.g. {@code file:/var/lib/vm.img (cached)}. */
+    String describe();
+
+    @Override
+    void close() throws IOException;
+}

@@ -1,0 +1,291 @@
+package io.jnbd.server.io;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.StructLayout;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.Optional;
+
+/**
+ * The Linux system calls the JDK lacks (fallocate, lseek SEEK_DATA/SEEK_HOLE, posix_fadvise), reached
+ * through {@code java.lang.foreign}. Callers check {@link #AVAILABLE} and fall back to portable code when
+ * it is false (another OS, or a JVM started without native access).
+ *
+ * <p>The calls act on a file descriptor of our own, opened beside the JDK's {@code FileChannel}: the
+ * JDK does not expose its descriptor, and these calls depend only on the file, not on which descriptor
+ * names it.
+ */
+public final class NativeIo {
+    private NativeIo() {}
+
+    public static final int O_RDONLY = 0;
+    public static final int O_RDWR = 2;
+    private static final int O_CLOEXEC = 0x80000;
+    public static final int O_DIRECT = 0x4000; // x86_64 and aarch64 value
+
+    public static final int FALLOC_FL_KEEP_SIZE = 0x01;
+    public static final int FALLOC_FL_PUNCH_HOLE = 0x02;
+    public static final int FALLOC_FL_ZERO_RANGE = 0x10;
+
+    public static final int SEEK_END = 2;
+    public static final int SEEK_DATA = 3;
+    public static final int SEEK_HOLE = 4;
+
+    public static final int POSIX_FADV_WILLNEED = 3;
+
+    public static final int ENXIO = 6;
+    public static final int EINVAL = 22;
+    public static final int EOPNOTSUPP = 95;
+
+    private static final MethodHandle OPEN;
+    private static final MethodHandle CLOSE;
+    private static final MethodHandle FALLOCATE;
+    private static final MethodHandle LSEEK;
+    private static final MethodHandle FADVISE;
+    private static final MethodHandle PWRITEV;
+    private static final MethodHandle SEND;
+    private static final MethodHandle SENDFILE;
+    public static final int MSG_MORE = 0x8000;
+    private static final int EINTR = 4;
+    private static final int EAGAIN = 11;
+    private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
+    private static final StructLayout CAPTURE_LAYOUT;
+    private static final VarHandle ERRNO;
+    public static final boolean AVAILABLE;
+
+    static {
+        MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
+        MethodHandle send = null, sendfile = null;
+        StructLayout capture = null;
+        VarHandle errno = null;
+        boolean ok = false;
+        try {
+            if (System.getProperty("os.name", "").toLowerCase().contains("linux")) {
+                Linker linker = Linker.nativeLinker();
+                var libc = linker.defaultLookup();
+                capture = Linker.Option.captureStateLayout();
+                errno = capture.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+                Linker.Option ccs = Linker.Option.captureCallState("errno");
+                open = linker.downcallHandle(libc.find("open").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT),
+                    ccs, Linker.Option.firstVariadicArg(2));
+                close = linker.downcallHandle(libc.find("close").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT));
+                fallocate = linker.downcallHandle(libc.find("fallocate").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG), ccs);
+                lseek = linker.downcallHandle(libc.find("lseek").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
+                fadvise = linker.downcallHandle(libc.find("posix_fadvise").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG,
+                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
+                pwritev = linker.downcallHandle(libc.find("pwritev").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG), ccs);
+                send = linker.downcallHandle(libc.find("send").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
+                sendfile = linker.downcallHandle(libc.find("sendfile").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                        ValueLayout.ADDRESS, ValueLayout.JAVA_LONG), ccs);
+                ok = true;
+            }
+        } catch (Throwable t) {
+            ok = false; // no native access: every caller has a portable fallback
+        }
+        PWRITEV = pwritev;
+        SEND = send;
+        SENDFILE = sendfile;
+        OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
+        CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
+    }
+
+    /** A system call failed; {@code errno} says why. */
+    public static final class ErrnoException extends IOException {
+        private final int errno;
+
+        ErrnoException(String call, int errno) {
+            super(call + " failed: errno " + errno);
+            this.errno = errno;
+        }
+
+        public int errno() {
+            return errno;
+        }
+    }
+
+    /** Opens a descriptor for the calls below, or returns empty when native calls are unavailable. */
+    public static Optional<Integer> open(Path path, boolean writable) throws IOException {
+        return open(path, writable, 0);
+    }
+
+    public static Optional<Integer> open(Path path, boolean writable, int extraFlags) throws IOException {
+        if (!AVAILABLE) return Optional.empty();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            int fd = (int) OPEN.invokeExact(state, arena.allocateFrom(path.toString()),
+                (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | extraFlags, 0);
+            if (fd < 0) throw new ErrnoException("open " + path, errno(state));
+            return Optional.of(fd);
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("open " + path, t);
+        }
+    }
+
+    public static void close(int fd) {
+        try {
+            int rc = (int) CLOSE.invokeExact(fd);
+        } catch (Throwable ignored) {
+            // closing is best effort: the descriptor is gone either way
+        }
+    }
+
+    public static void fallocate(int fd, int mode, long offset, long length) throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            int rc = (int) FALLOCATE.invokeExact(state, fd, mode, offset, length);
+            if (rc != 0) throw new ErrnoException("fallocate", errno(state));
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("fallocate", t);
+        }
+    }
+
+    /** lseek; returns -1 with {@code ENXIO} mapped to -1 (no more data / offset past the end). */
+    public static long lseek(int fd, long offset, int whence) throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            long rc = (long) LSEEK.invokeExact(state, fd, offset, whence);
+            if (rc < 0) {
+                int e = errno(state);
+                if (e == ENXIO) return -1;
+                throw new ErrnoException("lseek", e);
+            }
+            return rc;
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("lseek", t);
+        }
+    }
+
+    public static void fadvise(int fd, long offset, long length, int advice) throws IOException {
+        try {
+            int rc = (int) FADVISE.invokeExact(fd, offset, length, advice);
+            if (rc != 0) throw new ErrnoException("posix_fadvise", rc);
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("posix_fadvise", t);
+        }
+    }
+
+    /**
+     * Writes the direct buffers {@code srcs} (position to limit) one after another at {@code offset} with
+     * as few pwritev calls as the kernel allows; advances each buffer's position.
+     */
+    public static void pwritevFully(int fd, ByteBuffer[] srcs, long offset) throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment iov = arena.allocate(IOVEC, srcs.length);
+            int first = 0;
+            long pos = offset;
+            while (first < srcs.length) {
+                int n = 0;
+                for (int i = first; i < srcs.length && n < 1024; i++, n++) {
+                    ByteBuffer b = srcs[i];
+                    MemorySegment seg = MemorySegment.ofBuffer(b);
+                    iov.setAtIndex(ValueLayout.ADDRESS, 2L * n, seg);
+                    iov.setAtIndex(ValueLayout.JAVA_LONG, 2L * n + 1, seg.byteSize());
+                }
+                long written = (long) PWRITEV.invokeExact(state, fd, iov, n, pos);
+                if (written < 0) throw new ErrnoException("pwritev", errno(state));
+                pos += written;
+                while (written > 0 && first < srcs.length) {
+                    ByteBuffer b = srcs[first];
+                    int step = (int) Math.min(written, b.remaining());
+                    b.position(b.position() + step);
+                    written -= step;
+                    if (!b.hasRemaining()) first++;
+                }
+                while (first < srcs.length && !srcs[first].hasRemaining()) first++;
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("pwritev", t);
+        }
+    }
+
+    /**
+     * Sends {@code header} with {@code MSG_MORE} and then {@code length} bytes of {@code fileFd} from
+     * {@code position} by sendfile, on a blocking socket. {@code MSG_MORE} lets the kernel put the header
+     * and the first data in one segment instead of sending the small header on its own.
+     */
+    public static void sendHeaderAndFile(int socketFd, ByteBuffer header, int fileFd, long position, long length)
+            throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment h = arena.allocate(header.remaining());
+            h.copyFrom(MemorySegment.ofBuffer(header));
+            long off = 0;
+            while (off < h.byteSize()) {
+                long n = (long) SEND.invokeExact(state, socketFd, h.asSlice(off), h.byteSize() - off, MSG_MORE);
+                if (n < 0) {
+                    int e = errno(state);
+                    if (e == EINTR) continue;
+                    throw new ErrnoException("send", e);
+                }
+                off += n;
+            }
+            header.position(header.limit());
+            MemorySegment pos = arena.allocate(ValueLayout.JAVA_LONG);
+            pos.set(ValueLayout.JAVA_LONG, 0, position);
+            long left = length;
+            while (left > 0) {
+                long n = (long) SENDFILE.invokeExact(state, socketFd, fileFd, pos, left);
+                if (n < 0) {
+                    int e = errno(state);
+                    if (e == EINTR || e == EAGAIN) continue;
+                    throw new ErrnoException("sendfile", e);
+                }
+                if (n == 0) throw new java.io.EOFException("file ended while sending a read");
+                left -= n;
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("sendfile", t);
+        }
+    }
+
+    /**
+     * The descriptor behind a JDK socket channel, or -1. Needs {@code --add-exports java.base/sun.nio.ch=ALL-UNNAMED};
+     * without it the caller keeps to the JDK's own calls.
+     */
+    public static int socketFd(java.nio.channels.SocketChannel channel) {
+        if (!AVAILABLE || channel.isBlocking() == false) return -1;
+        try {
+            Class<?> selCh = Class.forName("sun.nio.ch.SelChImpl");
+            if (!selCh.isInstance(channel)) return -1;
+            return (int) selCh.getMethod("getFDVal").invoke(channel);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return -1;
+        }
+    }
+
+    private static int errno(MemorySegment state) {
+        return (int) ERRNO.get(state, 0L);
+    }
+}
