@@ -80,6 +80,35 @@ class ChunkPlacementTest {
             ByteBuffer after = ByteBuffer.allocate(8192);
             client.blocking().read(4096, after);
             assertThat(after.flip()).isEqualTo(data.flip());
+
+            // A sequential reader makes the cache prefetch ahead; a write into the prefetched range must win.
+            client.blocking().read(0, ByteBuffer.allocate(64 << 10));
+            client.blocking().read(64 << 10, ByteBuffer.allocate(64 << 10));
+            client.blocking().write(200 << 10, data.clear(), false);
+            ByteBuffer ahead = ByteBuffer.allocate(8192);
+            client.blocking().read(200 << 10, ahead);
+            assertThat(ahead.flip()).isEqualTo(data.flip());
+        }
+    }
+
+    @Test
+    void sequentialReadsThroughTheCacheAreServedByFewLargeReadaheadRequests() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        var opts = ClientOptions.defaults().withCache(4 << 20, 256 << 10).withCachePageSize(64 << 10);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.REVERSE);
+             var client = NbdClient.connect(server.uri(), opts)) {
+            ByteBuffer buf = ByteBuffer.allocate(16 << 10);
+            for (int offset = 0; offset < SIZE; offset += buf.capacity()) {
+                client.read(offset, buf.clear()).get(5, TimeUnit.SECONDS);
+                byte[] got = new byte[buf.capacity()];
+                buf.get(0, got);
+                assertThat(got).isEqualTo(java.util.Arrays.copyOfRange(disk, offset, offset + got.length));
+            }
+            // 64 reads of 16 KiB: without readahead 16 page fetches at least; with it a handful of 256 KiB runs.
+            assertThat(server.reads.get()).isLessThanOrEqualTo(8);
+            int before = server.reads.get();
+            client.read(0, ByteBuffer.allocate(64 << 10)).get(5, TimeUnit.SECONDS);
+            assertThat(server.reads.get()).as("cached").isEqualTo(before);
         }
     }
 

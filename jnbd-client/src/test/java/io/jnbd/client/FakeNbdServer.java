@@ -56,6 +56,8 @@ final class FakeNbdServer implements AutoCloseable {
     private final Thread thread;
     private volatile Mode mode;
     private volatile SocketChannel current;
+    /** READ requests received, for tests of the client's cache. */
+    final java.util.concurrent.atomic.AtomicInteger reads = new java.util.concurrent.atomic.AtomicInteger();
 
     FakeNbdServer(byte[] disk, Mode mode) throws IOException {
         this.disk = disk;
@@ -148,6 +150,7 @@ final class FakeNbdServer implements AutoCloseable {
             switch (r.type()) {
                 case Nbd.CMD_DISC -> { return; }
                 case Nbd.CMD_READ -> {
+                    reads.incrementAndGet();
                     if (!answerRead(ch, r)) return;
                 }
                 case Nbd.CMD_WRITE -> {
