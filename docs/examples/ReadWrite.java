@@ -1,5 +1,5 @@
 // Reads and writes a remote disk with the jnbd client library.
-// Run (after `mvn -q -B install -DskipTests`, with a server such as `bin/jnbd serve` running):
+// Run with Java 25+ (after `mvn -q -B install -DskipTests`, with a server such as `bin/jnbd serve` running):
 //   java -cp "jnbd-client/target/classes:jnbd-protocol/target/classes" docs/examples/ReadWrite.java nbd://127.0.0.1:10809/default
 import io.jnbd.client.ClientOptions;
 import io.jnbd.client.Extent;
