@@ -51,6 +51,8 @@ final class Connection {
     private final ByteBuffer replyHeader = ByteBuffer.allocateDirect(Nbd.STRUCTURED_REPLY_SIZE);
     private final ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
     private final Thread reader;
+    /** True on reader threads, whose completion callbacks may submit more requests. */
+    private static final ThreadLocal<Boolean> IN_READER = ThreadLocal.withInitial(() -> false);
     /** Set once, when the connection dies; every later submission fails with it. */
     private volatile NbdException failure;
 
@@ -92,7 +94,15 @@ final class Connection {
         }
         long deadline = requestTimeoutNanos > 0 ? System.nanoTime() + requestTimeoutNanos : 0;
         try {
-            boolean got = requestTimeoutNanos > 0 ? window.tryAcquire(requestTimeoutNanos, TimeUnit.NANOSECONDS) : acquire();
+            boolean got;
+            if (IN_READER.get()) {
+                // A completion callback running on a reader thread must not wait for a slot: the slot it waits
+                // for may only be freed by that very thread. It goes over the window instead.
+                p.holdsSlot = window.tryAcquire();
+                got = true;
+            } else {
+                got = requestTimeoutNanos > 0 ? window.tryAcquire(requestTimeoutNanos, TimeUnit.NANOSECONDS) : acquire();
+            }
             if (!got) {
                 p.future.completeExceptionally(new NbdTimeoutException("no free request slot on " + peer + " within the request timeout for " + p.describe()));
                 return p.future;
@@ -195,7 +205,7 @@ final class Connection {
     /** Removes the request and releases its slot exactly once, then completes its future. */
     private void finish(Pending p, Throwable error) {
         if (inFlight.remove(p.cookie) == null) return;
-        window.release();
+        if (p.holdsSlot) window.release();
         if (p.timeout != null) p.timeout.cancel(false);
         if (error != null) {
             p.future.completeExceptionally(error);
@@ -207,6 +217,7 @@ final class Connection {
     // ---- receive side: only the reader thread runs below ----
 
     private void readLoop() {
+        IN_READER.set(true);
         try {
             while (true) readReply();
         } catch (ProtocolException e) {
@@ -368,6 +379,7 @@ final class Connection {
         final long cookie = nextCookie.getAndIncrement();
         final CompletableFuture<Object> future = new CompletableFuture<>();
         volatile boolean abandoned;
+        boolean holdsSlot = true;
         volatile ScheduledFuture<?> timeout;
         /** Parts of a read covered by content or error chunks so far: start to end, relative to the request. */
         private TreeMap<Long, Long> covered;

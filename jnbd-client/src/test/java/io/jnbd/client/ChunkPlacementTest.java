@@ -113,6 +113,37 @@ class ChunkPlacementTest {
     }
 
     @Test
+    void oldServerWithoutGoIsReachedThroughExportName() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.NO_GO);
+             var client = NbdClient.connect(server.uri())) {
+            assertThat(client.size()).isEqualTo(SIZE);
+            assertThat(client.info().structuredReplies()).isFalse();
+            assertThat(client.blocking().extents(0, SIZE)).containsExactly(new Extent(0, SIZE, 0));
+            ByteBuffer buf = ByteBuffer.allocate(10_000);
+            client.blocking().read(5000, buf);
+            assertThat(buf.array()).isEqualTo(java.util.Arrays.copyOfRange(disk, 5000, 15_000));
+        }
+    }
+
+    @Test
+    void callbacksOnTheReaderThreadMaySubmitWithAFullWindow() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.REVERSE);
+             var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestsInFlight(2)
+                 .withRequestTimeout(Duration.ofSeconds(5)))) {
+            // The completion of one read, on the reader thread, issues three more into a window of two: the
+            // third must not wait for a slot that only the reader thread itself could free.
+            CompletableFuture<Void> all = client.read(0, ByteBuffer.allocate(4096)).thenCompose(v ->
+                CompletableFuture.allOf(client.read(4096, ByteBuffer.allocate(4096)),
+                    client.read(8192, ByteBuffer.allocate(4096)), client.read(12288, ByteBuffer.allocate(4096))));
+            long start = System.nanoTime();
+            all.get(5, TimeUnit.SECONDS);
+            assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(2));
+        }
+    }
+
+    @Test
     void unknownCookieIsAProtocolViolation() throws Exception {
         assertViolation(FakeNbdServer.Mode.UNKNOWN_COOKIE, "unknown cookie");
     }

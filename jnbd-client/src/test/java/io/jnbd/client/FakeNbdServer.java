@@ -46,7 +46,9 @@ final class FakeNbdServer implements AutoCloseable {
         /** A reply starts with a bad magic. */
         BAD_MAGIC,
         /** Reads are never answered. */
-        SILENT
+        SILENT,
+        /** An old server: GO is unsupported, only EXPORT_NAME works; no structured replies. */
+        NO_GO
     }
 
     static final int CHUNK = 4096;
@@ -114,7 +116,16 @@ final class FakeNbdServer implements AutoCloseable {
                 return;
             }
             read(ch, (int) oh.length());
+            if (mode == Mode.NO_GO && oh.option() != Nbd.OPT_EXPORT_NAME) {
+                optionReply(ch, oh.option(), Nbd.REP_ERR_UNSUP, ByteBuffer.allocate(0));
+                continue;
+            }
             switch (oh.option()) {
+                case Nbd.OPT_EXPORT_NAME -> {
+                    write(ch, ByteBuffer.allocate(10).putLong(disk.length).putShort((short) Nbd.FLAG_HAS_FLAGS).flip());
+                    transmission(ch);
+                    return;
+                }
                 case Nbd.OPT_STRUCTURED_REPLY -> optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
                 case Nbd.OPT_SET_META_CONTEXT -> {
                     byte[] name = Strings.utf8(Nbd.CONTEXT_BASE_ALLOCATION);
@@ -151,7 +162,12 @@ final class FakeNbdServer implements AutoCloseable {
                 case Nbd.CMD_DISC -> { return; }
                 case Nbd.CMD_READ -> {
                     reads.incrementAndGet();
-                    if (!answerRead(ch, r)) return;
+                    if (mode == Mode.NO_GO) {
+                        simple(ch, 0, r.cookie());
+                        write(ch, ByteBuffer.wrap(disk, (int) r.offset(), (int) r.length()));
+                    } else if (!answerRead(ch, r)) {
+                        return;
+                    }
                 }
                 case Nbd.CMD_WRITE -> {
                     ByteBuffer data = read(ch, (int) r.length());
