@@ -356,11 +356,7 @@ final class Connection {
     }
 
     private static void zeroFill(ByteBuffer buf, int from, int n) {
-        if (buf.hasArray()) {
-            java.util.Arrays.fill(buf.array(), buf.arrayOffset() + from, buf.arrayOffset() + from + n, (byte) 0);
-            return;
-        }
-        for (int i = 0; i < n; i++) buf.put(from + i, (byte) 0);
+        java.lang.foreign.MemorySegment.ofBuffer(buf.slice(from, n)).fill((byte) 0);
     }
 
     private void readFully(ByteBuffer buf) throws IOException {
