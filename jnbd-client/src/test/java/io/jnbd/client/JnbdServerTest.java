@@ -51,7 +51,8 @@ class JnbdServerTest {
         List<Export> exports = List.of(
             ExportSpec.parse("mem=memory:64M").openExport(),
             ExportSpec.parse("file=file:" + file + ",split=64K,chunk=16K,streams=4").openExport(),
-            ExportSpec.parse("ro=memory:1M,readonly").openExport());
+            ExportSpec.parse("ro=memory:1M,readonly").openExport(),
+            ExportSpec.parse("direct=file:" + file + ",mode=direct").openExport());
         server = new NbdServer(new Exports(exports, "mem"), ServerConfig.defaults());
         port = ((InetSocketAddress) server.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0))).getPort();
         socket = dir.resolve("jnbd.sock");
@@ -114,6 +115,21 @@ class JnbdServerTest {
             b.read(1 << 20, z);
             assertThat(z.array()).containsOnly(0);
             assertThat(b.extents(0, c.size()).getLast().end()).isEqualTo(c.size());
+        }
+    }
+
+    @Test
+    void minimumBlockSizeIsHonoured() throws Exception {
+        try (NbdClient c = NbdClient.connect(uri("direct"))) {
+            int min = c.info().minimumBlockSize();
+            assertThat(min).isGreaterThan(1);
+            org.assertj.core.api.Assertions.assertThatThrownBy(() -> c.read(min / 2, ByteBuffer.allocateDirect(min)))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("minimum block size " + min);
+            ByteBuffer buf = ByteBuffer.allocateDirect(64 * min);
+            c.blocking().read(3L * min, buf);
+            byte[] got = new byte[buf.capacity()];
+            buf.get(0, got);
+            assertThat(got).isEqualTo(java.util.Arrays.copyOfRange(fileContent, 3 * min, 3 * min + got.length));
         }
     }
 
