@@ -66,6 +66,10 @@ sealed interface Disk extends AutoCloseable {
             return r;
         }
         Path path = Path.of(spec);
+        if (Files.exists(path) && !Files.isRegularFile(path)) {
+            // A block or character device (/dev/sdX, /dev/null): written in place, its holes written as zeroes.
+            return new Local(path, FileChannel.open(path, StandardOpenOption.WRITE), false);
+        }
         var raf = new java.io.RandomAccessFile(path.toFile(), "rw");
         try {
             raf.setLength(0);
@@ -149,7 +153,14 @@ sealed interface Disk extends AutoCloseable {
             return List.of(new Extent(offset, length, 0));
         }
 
-        public void flush() throws IOException { channel.force(false); }
+        public void flush() throws IOException {
+            try {
+                channel.force(false);
+            } catch (IOException e) {
+                // Character devices such as /dev/null cannot be synced (EINVAL); there is nothing to make durable.
+                if (Files.isRegularFile(path)) throw e;
+            }
+        }
 
         public void close() throws IOException { channel.close(); }
     }
