@@ -47,6 +47,8 @@ final class FakeNbdServer implements AutoCloseable {
         BAD_MAGIC,
         /** Reads are never answered. */
         SILENT,
+        /** Correct replies cut at random points, sent in random order (see {@link #seed}). */
+        SHUFFLED,
         /** An old server: GO is unsupported, only EXPORT_NAME works; no structured replies. */
         NO_GO
     }
@@ -57,6 +59,8 @@ final class FakeNbdServer implements AutoCloseable {
     private final byte[] disk;
     private final Thread thread;
     private volatile Mode mode;
+    /** Seeds the cuts and order of SHUFFLED replies. */
+    volatile long seed;
     private volatile SocketChannel current;
     /** READ requests received, for tests of the client's cache. */
     final java.util.concurrent.atomic.AtomicInteger reads = new java.util.concurrent.atomic.AtomicInteger();
@@ -95,6 +99,7 @@ final class FakeNbdServer implements AutoCloseable {
     private void acceptLoop() {
         while (listener.isOpen()) {
             try (SocketChannel ch = listener.accept()) {
+                ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
                 current = ch;
                 serve(ch);
             } catch (IOException e) {
@@ -213,11 +218,15 @@ final class FakeNbdServer implements AutoCloseable {
             default -> { }
         }
         List<long[]> chunks = new ArrayList<>();
+        java.util.Random random = new java.util.Random(seed ^ r.offset());
         for (long at = r.offset(); at < r.offset() + r.length(); ) {
-            long next = Math.min((at / CHUNK + 1) * CHUNK, r.offset() + r.length());
+            long next = m == Mode.SHUFFLED
+                ? Math.min(at + 1 + random.nextInt(3 * CHUNK), r.offset() + r.length())
+                : Math.min((at / CHUNK + 1) * CHUNK, r.offset() + r.length());
             chunks.add(new long[]{at, next - at});
             at = next;
         }
+        if (m == Mode.SHUFFLED) java.util.Collections.shuffle(chunks, random);
         if (m == Mode.OVERLAP && chunks.size() > 1) chunks.set(0, new long[]{chunks.get(1)[0], chunks.get(1)[1]});
         if (m == Mode.SHORT) chunks.removeLast();
         for (int i = chunks.size() - 1; i >= 0; i--) {
