@@ -192,6 +192,7 @@ class ChunkPlacementTest {
     }
 
     @Test
+    @SuppressWarnings("try") // the server is closed on purpose while the client still uses it
     void droppedConnectionFailsEveryRequestInFlightPromptly() throws Exception {
         try (var server = new FakeNbdServer(FakeNbdServer.content(SIZE), FakeNbdServer.Mode.SILENT);
              var client = NbdClient.connect(server.uri())) {
@@ -209,6 +210,7 @@ class ChunkPlacementTest {
     }
 
     @Test
+    @SuppressWarnings("try") // the server is closed on purpose while the client still uses it
     void requestTimeoutFiresWhenTheServerNeverAnswers() throws Exception {
         try (var server = new FakeNbdServer(FakeNbdServer.content(SIZE), FakeNbdServer.Mode.SILENT);
              var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ofMillis(300)))) {
