@@ -223,6 +223,20 @@ class ChunkPlacementTest {
     }
 
     @Test
+    void aServerThatStopsReadingDoesNotBlockWritersForever() throws Exception {
+        try (var server = new FakeNbdServer(new byte[64 << 20], FakeNbdServer.Mode.STALL);
+             var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ofMillis(500)))) {
+            long start = System.nanoTime();
+            // Far more than the socket buffers hold: without a way out, the sending thread would block forever.
+            List<CompletableFuture<Void>> writes = new ArrayList<>();
+            ByteBuffer data = ByteBuffer.allocateDirect(8 << 20);
+            for (int i = 0; i < 8; i++) writes.add(client.write(i * (8L << 20), data, false));
+            for (var f : writes) assertThatThrownBy(() -> f.get(5, TimeUnit.SECONDS)).cause().isInstanceOf(NbdException.class);
+            assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(4));
+        }
+    }
+
+    @Test
     void unknownServerIsOneClearError() {
         assertThatThrownBy(() -> NbdClient.connect("nbd://127.0.0.1:1/x"))
             .isInstanceOf(NbdConnectionException.class).hasMessageContaining("cannot connect to 127.0.0.1:1");
