@@ -135,10 +135,15 @@ final class Peer implements AutoCloseable {
     }
 
     @Override
-    public void close() throws InterruptedException {
+    public void close() {
         process.descendants().forEach(ProcessHandle::destroy);
         process.destroy();
-        if (!awaitExit(5)) kill();
+        try {
+            if (!awaitExit(5)) kill();
+        } catch (InterruptedException e) {
+            process.destroyForcibly();
+            Thread.currentThread().interrupt();
+        }
         try {
             Files.deleteIfExists(log);
         } catch (IOException ignored) {

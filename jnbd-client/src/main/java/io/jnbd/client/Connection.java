@@ -134,6 +134,7 @@ final class Connection {
             } else {
                 while (sendHeader.hasRemaining()) channel.write(sendHeader);
             }
+            p.sent = true;
         } catch (IOException e) {
             fail(new NbdConnectionException("connection to " + peer + " failed while sending " + p.describe() + ": " + e.getMessage(), e));
         } finally {
@@ -148,10 +149,18 @@ final class Connection {
     }
 
     private void timeOut(Pending p) {
+        NbdTimeoutException e = new NbdTimeoutException(p.describe() + " to " + peer + " got no reply within "
+            + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms");
+        if (!p.sent) {
+            // Still stuck in the socket write: the server has stopped reading. Only closing the channel frees
+            // the sending thread (and whoever waits for the send lock).
+            fail(new NbdConnectionException("connection to " + peer + " closed: the server stopped reading requests ("
+                + e.getMessage() + ")", e));
+            return;
+        }
         // The reply may still come; the entry stays so the reader can drain it, but the caller is released now.
         p.abandoned = true;
-        p.future.completeExceptionally(new NbdTimeoutException(p.describe() + " to " + peer + " got no reply within "
-            + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms"));
+        p.future.completeExceptionally(e);
     }
 
     /** Sends DISC after the requests in flight have been answered (or {@code graceMillis} passed), then closes. */
@@ -375,6 +384,8 @@ final class Connection {
         final long cookie = nextCookie.getAndIncrement();
         final CompletableFuture<Object> future = new CompletableFuture<>();
         volatile boolean abandoned;
+        /** The whole request (and payload) is in the socket. */
+        volatile boolean sent;
         boolean holdsSlot = true;
         volatile ScheduledFuture<?> timeout;
         /** Parts of a read covered by content or error chunks so far: start to end, relative to the request. */

@@ -192,6 +192,7 @@ class ChunkPlacementTest {
     }
 
     @Test
+    @SuppressWarnings("try") // the server is closed on purpose while the client still uses it
     void droppedConnectionFailsEveryRequestInFlightPromptly() throws Exception {
         try (var server = new FakeNbdServer(FakeNbdServer.content(SIZE), FakeNbdServer.Mode.SILENT);
              var client = NbdClient.connect(server.uri())) {
@@ -209,6 +210,7 @@ class ChunkPlacementTest {
     }
 
     @Test
+    @SuppressWarnings("try") // the server is closed on purpose while the client still uses it
     void requestTimeoutFiresWhenTheServerNeverAnswers() throws Exception {
         try (var server = new FakeNbdServer(FakeNbdServer.content(SIZE), FakeNbdServer.Mode.SILENT);
              var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ofMillis(300)))) {
@@ -217,6 +219,20 @@ class ChunkPlacementTest {
                 .isInstanceOf(NbdTimeoutException.class).hasMessageContaining("READ");
             assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(3));
             server.close();
+        }
+    }
+
+    @Test
+    void aServerThatStopsReadingDoesNotBlockWritersForever() throws Exception {
+        try (var server = new FakeNbdServer(new byte[64 << 20], FakeNbdServer.Mode.STALL);
+             var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ofMillis(500)))) {
+            long start = System.nanoTime();
+            // Far more than the socket buffers hold: without a way out, the sending thread would block forever.
+            List<CompletableFuture<Void>> writes = new ArrayList<>();
+            ByteBuffer data = ByteBuffer.allocateDirect(8 << 20);
+            for (int i = 0; i < 8; i++) writes.add(client.write(i * (8L << 20), data, false));
+            for (var f : writes) assertThatThrownBy(() -> f.get(5, TimeUnit.SECONDS)).cause().isInstanceOf(NbdException.class);
+            assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(4));
         }
     }
 

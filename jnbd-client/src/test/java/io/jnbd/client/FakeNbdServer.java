@@ -49,6 +49,8 @@ final class FakeNbdServer implements AutoCloseable {
         SILENT,
         /** Correct replies cut at random points, sent in random order (see {@link #seed}). */
         SHUFFLED,
+        /** After the handshake, requests are never even read. */
+        STALL,
         /** An old server: GO is unsupported, only EXPORT_NAME works; no structured replies. */
         NO_GO
     }
@@ -156,6 +158,14 @@ final class FakeNbdServer implements AutoCloseable {
     }
 
     private void transmission(SocketChannel ch) throws IOException {
+        if (mode == Mode.STALL) {
+            try {
+                while (ch.isOpen() && listener.isOpen()) Thread.sleep(20);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return;
+        }
         while (true) {
             Request r;
             try {

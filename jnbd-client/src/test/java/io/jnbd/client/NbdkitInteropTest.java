@@ -179,6 +179,7 @@ class NbdkitInteropTest {
     }
 
     @Test
+    @SuppressWarnings("try") // the peer only has to live as long as the try block
     void unixSocket(@TempDir Path dir) throws Exception {
         Path socket = dir.resolve("nbd.sock");
         try (Peer unix = Peer.startUnix(socket, List.of("nbdkit", "-f", "--exit-with-parent", "-U", socket.toString(),
