@@ -1,5 +1,7 @@
 package io.jnbd.cli;
 
+import io.jnbd.client.Peer;
+
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;

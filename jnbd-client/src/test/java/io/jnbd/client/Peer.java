@@ -16,12 +16,13 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 /**
  * A real NBD server run as a subprocess on loopback for interop tests. Interop tests run only when the
  * system property {@code jnbd.interop} is {@code true} (bin/test sets it) and the peer binary is installed,
- * so that a developer without the peers still gets a green unit run.
+ * so that a developer without the peers still gets a green unit run. Shared with the CLI's tests
+ * through this module's test jar.
  */
-final class Peer implements AutoCloseable {
+public final class Peer implements AutoCloseable {
     private final ProcessHandle process;
     private final Path log;
-    final int port;
+    public final int port;
 
     private Peer(ProcessHandle process, Path log, int port) {
         this.process = process;
@@ -29,27 +30,27 @@ final class Peer implements AutoCloseable {
         this.port = port;
     }
 
-    static void assumeInterop(String binary) {
+    public static void assumeInterop(String binary) {
         assumeTrue("true".equals(System.getProperty("jnbd.interop")),
             "interop tests are off: run with -Djnbd.interop=true (bin/test does)");
         assumeTrue(onPath(binary), binary + " is not installed; skipping tests that need it");
     }
 
-    static boolean onPath(String binary) {
+    public static boolean onPath(String binary) {
         for (String dir : System.getenv().getOrDefault("PATH", "").split(File.pathSeparator)) {
             if (Files.isExecutable(Path.of(dir, binary))) return true;
         }
         return false;
     }
 
-    static int freePort() throws IOException {
+    public static int freePort() throws IOException {
         try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
             return s.getLocalPort();
         }
     }
 
     /** Starts {@code command} (which must listen on {@code port} of 127.0.0.1) and waits until it accepts. */
-    static Peer start(int port, List<String> command) throws IOException, InterruptedException {
+    public static Peer start(int port, List<String> command) throws IOException, InterruptedException {
         Path log = Files.createTempFile("jnbd-peer", ".log");
         Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
         Peer peer = new Peer(p.toHandle(), log, port);
@@ -60,7 +61,7 @@ final class Peer implements AutoCloseable {
      * Starts a server that forks into the background (nbd-server: in the foreground it serves only one client
      * and exits when a readiness probe connects), following it by the PID file it writes.
      */
-    static Peer startDaemon(int port, Path pidFile, List<String> command) throws IOException, InterruptedException {
+    public static Peer startDaemon(int port, Path pidFile, List<String> command) throws IOException, InterruptedException {
         Path log = Files.createTempFile("jnbd-peer", ".log");
         Process launcher = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
         if (!launcher.waitFor(15, TimeUnit.SECONDS) || launcher.exitValue() != 0) {
@@ -95,7 +96,7 @@ final class Peer implements AutoCloseable {
     }
 
     /** Waits for a Unix socket peer to create its socket. */
-    static Peer startUnix(Path socket, List<String> command) throws IOException, InterruptedException {
+    public static Peer startUnix(Path socket, List<String> command) throws IOException, InterruptedException {
         Path log = Files.createTempFile("jnbd-peer", ".log");
         Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
         Peer peer = new Peer(p.toHandle(), log, -1);
@@ -108,16 +109,16 @@ final class Peer implements AutoCloseable {
         return peer;
     }
 
-    String uri(String export) {
+    public String uri(String export) {
         return "nbd://127.0.0.1:" + port + "/" + export;
     }
 
-    boolean alive() {
+    public boolean alive() {
         return process.isAlive();
     }
 
     /** Kills the peer at once, as a crash would. */
-    void kill() throws InterruptedException {
+    public void kill() throws InterruptedException {
         process.descendants().forEach(ProcessHandle::destroyForcibly);
         process.destroyForcibly();
         awaitExit(10);
@@ -150,7 +151,7 @@ final class Peer implements AutoCloseable {
     }
 
     /** nbdkit in the foreground on loopback, dying with the JVM if the JVM dies first. */
-    static List<String> nbdkit(int port, String... args) {
+    public static List<String> nbdkit(int port, String... args) {
         var cmd = new java.util.ArrayList<>(List.of("nbdkit", "-f", "--exit-with-parent", "-i", "127.0.0.1", "-p",
             String.valueOf(port)));
         cmd.addAll(List.of(args));
