@@ -87,23 +87,32 @@ final class ReplyWriter implements Runnable {
      * if its client is slow to read, the one thread it stalls is that client's.
      */
     void sendInline(Part part) {
+        List<Part> one = new ArrayList<>(1);
+        one.add(part);
+        sendInline(one);
+    }
+
+    /** Like {@link #sendInline(Part)} for several replies, which then leave in one gathering write. */
+    void sendInline(List<Part> parts) {
         if (failed || !socketLock.tryLock()) {
-            send(part);
+            parts.forEach(this::send);
             return;
         }
         try {
             if (pending.get() != 0) {
-                send(part); // keep the order of parts already queued, e.g. the chunks of a split read
+                parts.forEach(this::send); // keep the order of parts already queued, e.g. the chunks of a split read
                 return;
             }
-            if (part.completes != null) part.completes.timing.queued = System.nanoTime();
-            List<Part> one = new ArrayList<>(1);
-            one.add(part);
+            long now = System.nanoTime();
+            for (Part p : parts) {
+                if (p.completes != null) p.completes.timing.queued = now;
+            }
+            List<Part> batch = new ArrayList<>(parts);
             try {
-                write(one);
+                write(batch);
             } catch (IOException e) {
                 failed = true;
-                release(one);
+                release(batch);
                 onFailure.run();
             }
         } finally {

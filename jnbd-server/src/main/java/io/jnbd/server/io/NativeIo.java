@@ -52,6 +52,13 @@ public final class NativeIo {
     private static final MethodHandle FADVISE;
     private static final MethodHandle PWRITEV;
     private static final MethodHandle SEND;
+    private static final MethodHandle PREADV2;
+    private static final int RWF_NOWAIT = 0x08;
+    /** Per-thread scratch for preadv2: an iovec and the errno capture, freed with the thread. */
+    private static final ThreadLocal<MemorySegment[]> PREAD_SCRATCH = ThreadLocal.withInitial(() -> {
+        Arena arena = Arena.ofAuto();
+        return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
+    });
     private static final MethodHandle SENDFILE;
     public static final int MSG_MORE = 0x8000;
     private static final int EINTR = 4;
@@ -63,7 +70,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
-        MethodHandle send = null, sendfile = null;
+        MethodHandle send = null, sendfile = null, preadv2 = null;
         StructLayout capture = null;
         VarHandle errno = null;
         boolean ok = false;
@@ -96,6 +103,9 @@ public final class NativeIo {
                 sendfile = linker.downcallHandle(libc.find("sendfile").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
                         ValueLayout.ADDRESS, ValueLayout.JAVA_LONG), ccs);
+                preadv2 = linker.downcallHandle(libc.find("preadv2").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
                 ok = true;
             }
         } catch (Throwable t) {
@@ -103,6 +113,7 @@ public final class NativeIo {
         }
         PWRITEV = pwritev;
         SEND = send;
+        PREADV2 = preadv2;
         SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
@@ -267,6 +278,36 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("sendfile", t);
+        }
+    }
+
+    /**
+     * Reads into {@code dst} (a direct buffer, position to limit) only if the page cache holds every byte:
+     * preadv2 with RWF_NOWAIT. Returns true and fills {@code dst} on success; false, with {@code dst}
+     * unchanged, when the read would wait for the disk or came up short.
+     */
+    public static boolean preadIfCached(int fd, ByteBuffer dst, long offset) throws IOException {
+        MemorySegment[] scratch = PREAD_SCRATCH.get();
+        MemorySegment iov = scratch[0], state = scratch[1];
+        MemorySegment target = MemorySegment.ofBuffer(dst);
+        iov.set(ValueLayout.ADDRESS, 0, target);
+        iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
+        try {
+            long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, RWF_NOWAIT);
+            if (n == target.byteSize()) {
+                dst.position(dst.limit());
+                return true;
+            }
+            if (n < 0) {
+                int e = errno(state);
+                if (e == EAGAIN || e == EOPNOTSUPP || e == EINTR) return false;
+                throw new ErrnoException("preadv2", e);
+            }
+            return false; // partly cached: let the ordinary path read it all
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("preadv2", t);
         }
     }
 
