@@ -285,7 +285,7 @@ final class Connection implements Runnable {
     /** Sends a reply part: inline when called on the reader thread itself, else through the writer thread. */
     private void emit(ReplyWriter.Part part) {
         if (Thread.currentThread() == readerThread) writer.sendInline(part);
-        else writer.send(part);
+        else writer.sendFromWorker(part);
     }
 
     /** The last part of a request's reply is on the wire (or the connection is gone). */

@@ -120,6 +120,43 @@ final class ReplyWriter implements Runnable {
         }
     }
 
+    /**
+     * For I/O threads: sends on the caller's thread only what the socket takes without waiting, and leaves
+     * the rest to the writer thread, so a disk thread never blocks on a client yet small replies skip the
+     * hand-off to the writer.
+     */
+    void sendFromWorker(Part part) {
+        if (socketFd < 0 || part.file != null || failed || !socketLock.tryLock()) {
+            send(part);
+            return;
+        }
+        try {
+            if (pending.get() != 0) {
+                send(part);
+                return;
+            }
+            if (part.completes != null) part.completes.timing.queued = System.nanoTime();
+            ByteBuffer[] bufs = part.data == null ? new ByteBuffer[] {part.header} : new ByteBuffer[] {part.header, part.data};
+            try {
+                NativeIo.sendWithoutWaiting(socketFd, bufs);
+            } catch (IOException e) {
+                failed = true;
+                List<Part> one = new ArrayList<>(List.of(part));
+                release(one);
+                onFailure.run();
+                return;
+            }
+            if (part.header.hasRemaining() || (part.data != null && part.data.hasRemaining())) {
+                send(part); // the writer thread finishes it, before anything queued later
+            } else {
+                List<Part> one = new ArrayList<>(List.of(part));
+                complete(one, 0, 1);
+            }
+        } finally {
+            socketLock.unlock();
+        }
+    }
+
     long busyNanos(long now) {
         long since = busySince;
         return since == 0 ? 0 : now - since;
