@@ -209,7 +209,12 @@ final class Connection implements Runnable {
                     continue;
                 }
                 if (r.hasPayload() && r.length() > 0) {
-                    f.payload = server.buffers().acquire((int) r.length());
+                    f.payload = server.buffers().tryAcquire((int) r.length(), 0);
+                    if (f.payload == null) {
+                        // The budget may be held by this very batch's payloads: submit them before waiting.
+                        submit(batch, backend);
+                        f.payload = server.buffers().acquire((int) r.length());
+                    }
                     ByteBuffer dst = f.payload.buffer();
                     // The part already buffered is copied; the rest goes from the socket straight into the payload.
                     int buffered = (int) Math.min(in.remaining(), r.length());
