@@ -40,6 +40,8 @@ final class Connection implements Runnable {
     private static final int INPUT_BUFFER = 256 * 1024;
     /** Cached reads up to this size are served from the page cache on the reader thread when it can (see readIfCached). */
     private static final int INLINE_READ_MAX = 64 * 1024;
+    /** Cached writes up to this size (without FUA) are written on the reader thread. */
+    private static final int INLINE_WRITE_MAX = 64 * 1024;
     private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
 
     private final NbdServer server;
@@ -55,6 +57,8 @@ final class Connection implements Runnable {
     private Session session;
     private ReplyWriter writer;
     private Thread readerThread;
+    /** Replies made on the reader thread during one batch; only the reader thread touches it. */
+    private final List<ReplyWriter.Part> deferred = new ArrayList<>();
 
     Connection(NbdServer server, SocketChannel channel, String peer) {
         this.server = server;
@@ -287,10 +291,33 @@ final class Connection implements Runnable {
         return (int) Math.max(1, (length + 4095) / 4096);
     }
 
-    /** Sends a reply part: inline when called on the reader thread itself, else through the writer thread. */
+    /**
+     * Sends a reply part. On the reader thread, replies made while a batch is being submitted are collected
+     * and leave together in one gathering write at its end; elsewhere (I/O threads) they go out at once if
+     * the socket takes them, else through the writer thread.
+     */
     private void emit(ReplyWriter.Part part) {
-        if (Thread.currentThread() == readerThread) writer.sendInline(part);
+        if (Thread.currentThread() == readerThread) deferred.add(part);
         else writer.sendFromWorker(part);
+    }
+
+    private void flushDeferred() {
+        if (deferred.isEmpty()) return;
+        writer.sendInline(new ArrayList<>(deferred));
+        deferred.clear();
+    }
+
+    /** A cached read: from the page cache on this thread if it is there and small, else by sendfile. */
+    private void sendCachedRead(InFlight f, FileChannel source, int fd) {
+        Request r = f.request;
+        if (r.length() == 0) {
+            replyOk(f);
+            return;
+        }
+        if (r.length() <= INLINE_READ_MAX && fd >= 0 && readIfCached(f, fd, deferred)) return;
+        stats.bytesRead.add(r.length());
+        server.stats().bytesRead.add(r.length());
+        emit(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source, fd, r.offset(), r.length(), f));
     }
 
     /** The last part of a request's reply is on the wire (or the connection is gone). */
@@ -303,7 +330,10 @@ final class Connection implements Runnable {
 
     /** Plans a batch with the export's scheduler and starts its operations. */
     private void submit(List<InFlight> batch, Backend backend) {
-        if (batch.isEmpty()) return;
+        if (batch.isEmpty()) {
+            flushDeferred(); // e.g. error replies made while parsing
+            return;
+        }
         FileChannel source = backend.zeroCopySource();
         List<Request> requests = new ArrayList<>(batch.size());
         java.util.Map<Request, InFlight> byRequest = new java.util.IdentityHashMap<>();
@@ -314,43 +344,49 @@ final class Connection implements Runnable {
         batch.clear();
         BatchScheduler.Plan plan = session.export().scheduler().plan(requests);
         List<Runnable> tasks = new ArrayList<>(plan.ops().size());
-        List<ReplyWriter.Part> ready = new ArrayList<>();
+        List<Runnable> inline = new ArrayList<>();
         for (BatchScheduler.Op op : plan.ops()) {
             List<InFlight> members = new ArrayList<>(op.members().size());
             for (Request r : op.members()) members.add(byRequest.get(r));
             InFlight first = members.getFirst();
             Request r = first.request;
-            if (r.type() == Nbd.CMD_READ && members.size() == 1) {
-                if (r.length() == 0) {
-                    replyOk(first);
+            // A sequential plan (reordering would change a result) runs every operation in order on one
+            // I/O thread; only the others take the fast paths below.
+            if (!plan.sequential()) {
+                if (r.type() == Nbd.CMD_READ && source != null) {
+                    // Cached reads never need the merged buffer: each member goes out by itself, zero-copy.
+                    for (InFlight m : members) sendCachedRead(m, source, backend.zeroCopyFd());
                     continue;
                 }
-                if (source != null && r.length() <= INLINE_READ_MAX && backend.zeroCopyFd() >= 0
-                        && readIfCached(first, backend.zeroCopyFd(), ready)) {
-                    continue;
+                if (r.type() == Nbd.CMD_READ && members.size() == 1) {
+                    if (r.length() == 0) {
+                        replyOk(first);
+                        continue;
+                    }
+                    ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());
+                    if (split.chunks() > 1) {
+                        new SplitRead(first, backend, split).start();
+                        continue;
+                    }
                 }
-                if (source != null) {
-                    // Page cache to socket by sendfile: no buffer, no I/O thread; the writer does the transfer.
-                    stats.bytesRead.add(r.length());
-                    server.stats().bytesRead.add(r.length());
-                    writer.sendInline(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
-                        backend.zeroCopyFd(), r.offset(), r.length(), first));
-                    continue;
-                }
-                ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());
-                if (split.chunks() > 1 && !plan.sequential()) {
-                    new SplitRead(first, backend, split).start();
+                if (r.type() == Nbd.CMD_WRITE && source != null && op.length() <= INLINE_WRITE_MAX && !op.fua()) {
+                    // A small write into the page cache is quicker done here than handed to an I/O thread,
+                    // and one writer per connection keeps threads from queueing on the file's lock.
+                    inline.add(() -> serve(op, members, backend));
                     continue;
                 }
             }
             tasks.add(() -> serve(op, members, backend));
         }
-        if (!ready.isEmpty()) writer.sendInline(ready);
-        if (tasks.isEmpty()) return;
-        if (backend.nonBlocking()) {
+        if (backend.nonBlocking() && !plan.sequential()) {
             // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
-            tasks.forEach(Runnable::run);
-        } else if (plan.sequential()) {
+            inline.addAll(tasks);
+            tasks.clear();
+        }
+        inline.forEach(Runnable::run);
+        flushDeferred();
+        if (tasks.isEmpty()) return;
+        if (plan.sequential()) {
             server.io().execute(() -> tasks.forEach(Runnable::run));
         } else {
             for (Runnable t : tasks) server.io().execute(t);

@@ -64,6 +64,11 @@ public final class NativeIo {
         ValueLayout.JAVA_INT.withName("flags"), MemoryLayout.paddingLayout(4));
     private static final int RWF_NOWAIT = 0x08;
     /** Per-thread scratch for preadv2: an iovec and the errno capture, freed with the thread. */
+    /** Per-thread scratch for sendHeaderAndFile: errno capture, header bytes, the sendfile offset. */
+    private static final ThreadLocal<MemorySegment[]> SEND_SCRATCH = ThreadLocal.withInitial(() -> {
+        Arena arena = Arena.ofAuto();
+        return new MemorySegment[] {arena.allocate(NativeIo.CAPTURE_LAYOUT), arena.allocate(64), arena.allocate(ValueLayout.JAVA_LONG)};
+    });
     private static final ThreadLocal<MemorySegment[]> PREAD_SCRATCH = ThreadLocal.withInitial(() -> {
         Arena arena = Arena.ofAuto();
         return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
@@ -259,9 +264,11 @@ public final class NativeIo {
      */
     public static void sendHeaderAndFile(int socketFd, ByteBuffer header, int fileFd, long position, long length)
             throws IOException {
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
-            MemorySegment h = arena.allocate(header.remaining());
+        MemorySegment[] scratch = SEND_SCRATCH.get();
+        MemorySegment state = scratch[0], pos = scratch[2];
+        if (header.remaining() > scratch[1].byteSize()) throw new IllegalArgumentException("header too long");
+        try {
+            MemorySegment h = scratch[1].asSlice(0, header.remaining());
             h.copyFrom(MemorySegment.ofBuffer(header));
             long off = 0;
             while (off < h.byteSize()) {
@@ -274,7 +281,6 @@ public final class NativeIo {
                 off += n;
             }
             header.position(header.limit());
-            MemorySegment pos = arena.allocate(ValueLayout.JAVA_LONG);
             pos.set(ValueLayout.JAVA_LONG, 0, position);
             long left = length;
             while (left > 0) {
