@@ -1,0 +1,258 @@
+package io.jnbd.client;
+
+import io.jnbd.protocol.ExportRequest;
+import io.jnbd.protocol.Info;
+import io.jnbd.protocol.MetaContextRequest;
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.OptionHeader;
+import io.jnbd.protocol.OptionReplyHeader;
+import io.jnbd.protocol.ProtocolException;
+import io.jnbd.protocol.Strings;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The client side of fixed newstyle option haggling, run on a blocking channel before the
+ * transmission phase starts. One instance per connection.
+ */
+final class Handshake {
+
+    /** Replies to options are small (names, descriptions, infos); anything larger is a broken server. */
+    private static final int MAX_OPTION_REPLY = 64 * 1024;
+    private static final long OLDSTYLE_MAGIC = 0x00420281861253L;
+
+    /** What the handshake settled for the transmission phase. */
+    record Result(ExportInfo info, int baseAllocationId) {}
+
+    private final SocketChannel channel;
+    private final String peer;
+    private boolean noZeroes;
+
+    Handshake(SocketChannel channel, String peer) {
+        this.channel = channel;
+        this.peer = peer;
+    }
+
+    /** Greeting and client flags: common to every use of a connection. */
+    private void greet() throws IOException {
+        ByteBuffer greeting = readFully(18, "server greeting");
+        long magic = greeting.getLong();
+        if (magic != Nbd.NBDMAGIC) throw violation("bad greeting magic 0x" + Long.toHexString(magic));
+        long second = greeting.getLong();
+        if (second == OLDSTYLE_MAGIC) throw new NbdException(peer + " speaks oldstyle NBD, which is not supported");
+        if (second != Nbd.IHAVEOPT) throw violation("bad newstyle magic 0x" + Long.toHexString(second));
+        int serverFlags = Short.toUnsignedInt(greeting.getShort());
+        if ((serverFlags & Nbd.FLAG_FIXED_NEWSTYLE) == 0) {
+            throw new NbdException(peer + " does not offer fixed newstyle negotiation");
+        }
+        noZeroes = (serverFlags & Nbd.FLAG_NO_ZEROES) != 0;
+        int clientFlags = Nbd.FLAG_C_FIXED_NEWSTYLE | (noZeroes ? Nbd.FLAG_C_NO_ZEROES : 0);
+        writeFully(ByteBuffer.allocate(4).putInt(clientFlags).flip());
+    }
+
+    /** Negotiates structured replies and base:allocation (if wanted), then enters transmission with {@code export}. */
+    Result go(String export, boolean wantStructured) throws IOException {
+        greet();
+        boolean structured = false;
+        int baseAllocationId = -1;
+        if (wantStructured) {
+            sendOption(Nbd.OPT_STRUCTURED_REPLY, ByteBuffer.allocate(0));
+            Reply r = readReply(Nbd.OPT_STRUCTURED_REPLY);
+            structured = r.header.type() == Nbd.REP_ACK;
+            if (!structured && !r.header.isError()) throw violation("unexpected reply " + r.name() + " to STRUCTURED_REPLY");
+        }
+        if (structured) {
+            var request = new MetaContextRequest(export, List.of(Nbd.CONTEXT_BASE_ALLOCATION));
+            ByteBuffer data = ByteBuffer.allocate(request.encodedLength());
+            request.encode(data);
+            sendOption(Nbd.OPT_SET_META_CONTEXT, data.flip());
+            while (true) {
+                Reply r = readReply(Nbd.OPT_SET_META_CONTEXT);
+                if (r.header.type() == Nbd.REP_ACK || r.header.isError()) break;
+                if (r.header.type() != Nbd.REP_META_CONTEXT || r.data.remaining() < 4) {
+                    throw violation("unexpected reply " + r.name() + " to SET_META_CONTEXT");
+                }
+                int id = r.data.getInt();
+                String name = decode(r.data, r.data.remaining());
+                if (name.equals(Nbd.CONTEXT_BASE_ALLOCATION)) baseAllocationId = id;
+            }
+        }
+
+        var request = new ExportRequest(export, List.of(Nbd.INFO_NAME, Nbd.INFO_DESCRIPTION, Nbd.INFO_BLOCK_SIZE));
+        ByteBuffer data = ByteBuffer.allocate(request.encodedLength());
+        request.encode(data);
+        sendOption(Nbd.OPT_GO, data.flip());
+        String name = export;
+        String description = "";
+        Info.Export exportInfo = null;
+        Info.BlockSize blockSize = null;
+        while (true) {
+            Reply r = readReply(Nbd.OPT_GO);
+            int type = r.header.type();
+            if (type == Nbd.REP_ACK) break;
+            if (type == Nbd.REP_ERR_UNSUP) {
+                // An old server without GO: EXPORT_NAME cannot report errors or block sizes, but it works.
+                return exportName(export, structured, baseAllocationId);
+            }
+            if (r.header.isError()) throw optionError("GO", export, r);
+            if (type != Nbd.REP_INFO) throw violation("unexpected reply " + r.name() + " to GO");
+            Info info;
+            try {
+                info = Info.decode(r.data);
+            } catch (ProtocolException e) {
+                throw violation(e.getMessage());
+            }
+            switch (info) {
+                case Info.Export e -> exportInfo = e;
+                case Info.Name n -> name = n.name();
+                case Info.Description d -> description = d.description();
+                case Info.BlockSize b -> blockSize = b;
+                case Info.Unknown u -> { }
+            }
+        }
+        if (exportInfo == null) throw violation("GO acknowledged without NBD_INFO_EXPORT");
+        return new Result(exportInfo(name, description, exportInfo.size(), exportInfo.transmissionFlags(), blockSize,
+            structured, baseAllocationId), baseAllocationId);
+    }
+
+    private Result exportName(String export, boolean structured, int baseAllocationId) throws IOException {
+        sendOption(Nbd.OPT_EXPORT_NAME, ByteBuffer.wrap(Strings.utf8(export)));
+        ByteBuffer reply;
+        try {
+            reply = readFully(noZeroes ? 10 : 134, "EXPORT_NAME reply");
+        } catch (NbdConnectionException e) {
+            // The only way EXPORT_NAME can say "no such export" is to hang up.
+            throw new NbdException(peer + " closed the connection on EXPORT_NAME '" + export
+                + "': unknown export or refused", e);
+        }
+        long size = reply.getLong();
+        int flags = Short.toUnsignedInt(reply.getShort());
+        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), baseAllocationId);
+    }
+
+    private static ExportInfo exportInfo(String name, String description, long size, int flags, Info.BlockSize bs,
+                                         boolean structured, int baseAllocationId) {
+        int minimum = 1;
+        int preferred = 4096;
+        long maximum = Nbd.DEFAULT_MAX_PAYLOAD;
+        if (bs != null) {
+            minimum = Math.max(1, bs.minimum());
+            preferred = Math.max(minimum, bs.preferred());
+            long max = Integer.toUnsignedLong(bs.maximum());
+            // 0xffffffff means "no fixed limit"; stay at the size every server must accept.
+            maximum = max == 0xffffffffL ? Nbd.DEFAULT_MAX_PAYLOAD : Math.max(minimum, max);
+        }
+        return new ExportInfo(name, description, size, flags, minimum, preferred, maximum, structured,
+            structured && baseAllocationId >= 0);
+    }
+
+    /** Lists the exports, then ends the session with ABORT. */
+    List<ExportListing> list() throws IOException {
+        greet();
+        sendOption(Nbd.OPT_LIST, ByteBuffer.allocate(0));
+        List<ExportListing> exports = new ArrayList<>();
+        while (true) {
+            Reply r = readReply(Nbd.OPT_LIST);
+            if (r.header.type() == Nbd.REP_ACK) break;
+            if (r.header.isError()) throw optionError("LIST", null, r);
+            if (r.header.type() != Nbd.REP_SERVER || r.data.remaining() < 4) {
+                throw violation("unexpected reply " + r.name() + " to LIST");
+            }
+            long nameLength = Integer.toUnsignedLong(r.data.getInt());
+            if (nameLength > r.data.remaining()) throw violation("export name overruns its REP_SERVER");
+            String name = decode(r.data, nameLength);
+            exports.add(new ExportListing(name, decode(r.data, r.data.remaining())));
+        }
+        abort();
+        return exports;
+    }
+
+    /** Polite end of the handshake; the server may or may not answer, so nothing is read. */
+    private void abort() {
+        try {
+            sendOption(Nbd.OPT_ABORT, ByteBuffer.allocate(0));
+        } catch (IOException ignored) {
+            // The session is over either way.
+        }
+    }
+
+    private record Reply(OptionReplyHeader header, ByteBuffer data) {
+        String name() {
+            return Nbd.replyTypeName(header.type());
+        }
+    }
+
+    private NbdException optionError(String option, String export, Reply r) throws NbdException {
+        String message = r.data.hasRemaining() ? decode(r.data, Math.min(r.data.remaining(), Strings.MAX_STRING)) : "";
+        String what = switch (r.header.type()) {
+            case Nbd.REP_ERR_UNKNOWN -> "unknown export '" + export + "'";
+            case Nbd.REP_ERR_POLICY -> "refused by server policy";
+            case Nbd.REP_ERR_TLS_REQD -> "server requires TLS";
+            case Nbd.REP_ERR_SHUTDOWN -> "server is shutting down";
+            default -> r.name();
+        };
+        return new NbdException(peer + ": " + option + (export != null && r.header.type() != Nbd.REP_ERR_UNKNOWN
+            ? " '" + export + "'" : "") + " failed: " + what + (message.isEmpty() ? "" : " (" + message + ")"));
+    }
+
+    private void sendOption(int option, ByteBuffer data) throws IOException {
+        ByteBuffer header = ByteBuffer.allocate(Nbd.OPTION_HEADER_SIZE);
+        OptionHeader.encode(header, option, data.remaining());
+        writeFully(header.flip());
+        if (data.hasRemaining()) writeFully(data);
+    }
+
+    private Reply readReply(int option) throws IOException {
+        ByteBuffer buf = readFully(Nbd.OPTION_REPLY_HEADER_SIZE, "option reply");
+        OptionReplyHeader header;
+        try {
+            header = OptionReplyHeader.decode(buf);
+        } catch (ProtocolException e) {
+            throw violation(e.getMessage());
+        }
+        if (header.option() != option) {
+            throw violation("reply for option " + Nbd.optionName(header.option()) + " while waiting for " + Nbd.optionName(option));
+        }
+        if (header.length() > MAX_OPTION_REPLY) throw violation("option reply of " + header.length() + " bytes");
+        ByteBuffer data = header.length() == 0 ? ByteBuffer.allocate(0) : readFully((int) header.length(), "option reply data");
+        return new Reply(header, data);
+    }
+
+    private String decode(ByteBuffer in, long length) throws NbdProtocolException {
+        try {
+            return Strings.read(in, length);
+        } catch (ProtocolException e) {
+            throw violation(e.getMessage());
+        }
+    }
+
+    private NbdProtocolException violation(String what) {
+        return new NbdProtocolException("protocol violation by " + peer + " during handshake: " + what);
+    }
+
+    private ByteBuffer readFully(int n, String what) throws IOException {
+        ByteBuffer buf = ByteBuffer.allocate(n);
+        while (buf.hasRemaining()) {
+            int r;
+            try {
+                r = channel.read(buf);
+            } catch (IOException e) {
+                throw new NbdConnectionException("connection to " + peer + " failed while reading " + what + ": " + e.getMessage(), e);
+            }
+            if (r < 0) {
+                throw new NbdConnectionException(peer + " closed the connection while the client was reading " + what,
+                    new EOFException());
+            }
+        }
+        return buf.flip();
+    }
+
+    private void writeFully(ByteBuffer buf) throws IOException {
+        while (buf.hasRemaining()) channel.write(buf);
+    }
+}

@@ -1,0 +1,456 @@
+package io.jnbd.client;
+
+import io.jnbd.protocol.Nbd;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.StandardProtocolFamily;
+import java.net.StandardSocketOptions;
+import java.net.URI;
+import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * A client for one NBD export: pipelined, asynchronous I/O straight into and out of the caller's buffers.
+ *
+ * <p>Every operation returns a {@link CompletableFuture} at once; many may be in flight together (up to
+ * {@link ClientOptions#requestsInFlight()} per connection, after which callers wait for a slot) and they
+ * complete in whatever order the server answers. Reads and writes larger than the server's maximum payload
+ * are split; offsets and lengths must be multiples of the server's minimum block size. Data of a read is
+ * placed by the connection's reader thread directly into the slice of the destination buffer that each
+ * reply chunk covers, so use direct buffers to avoid the JDK's own staging copy.
+ *
+ * <p>Failures complete the future exceptionally with an {@link NbdException}: {@link NbdErrorException} when
+ * the server reports an error (its message names the error, e.g. EIO, and the request),
+ * {@link NbdConnectionException} when the connection is lost, {@link NbdProtocolException} when the server
+ * breaks the protocol (the connection is then closed) and {@link NbdTimeoutException} when a request outlives
+ * {@link ClientOptions#requestTimeout()}.
+ *
+ * <pre>{@code
+ * try (NbdClient disk = NbdClient.connect(URI.create("nbd://localhost/disk"))) {
+ *     ByteBuffer buf = ByteBuffer.allocateDirect(4096);
+ *     disk.read(0, buf).join();                      // asynchronous, waited for here
+ *     disk.blocking().write(4096, buf, false);       // or the blocking view
+ *     disk.blocking().flush();
+ * }
+ * }</pre>
+ */
+public final class NbdClient implements AutoCloseable {
+
+    /** Bound on one TRIM / WRITE_ZEROES / CACHE / BLOCK_STATUS request; the spec lets servers refuse huge ones. */
+    private static final long MAX_EFFECT_LENGTH = 1L << 30;
+
+    private final NbdUri uri;
+    private final ClientOptions options;
+    private final ExportInfo info;
+    private final List<Connection> connections;
+    private final ScheduledExecutorService timer;
+    private final ReadCache cache;
+    private final long maxRequest;
+    private final BlockingNbdClient blocking = new BlockingNbdClient(this);
+    private final AtomicBoolean closed = new AtomicBoolean();
+    private volatile ByteBuffer zeroes;
+
+    private NbdClient(NbdUri uri, ClientOptions options, ExportInfo info, List<Connection> connections,
+                      ScheduledExecutorService timer) {
+        this.uri = uri;
+        this.options = options;
+        this.info = info;
+        this.connections = List.copyOf(connections);
+        this.timer = timer;
+        int min = info.minimumBlockSize();
+        this.maxRequest = Math.max(min, Math.min(info.maximumPayload(), Nbd.DEFAULT_MAX_PAYLOAD) / min * min);
+        if (options.cacheSize() > 0) {
+            int page = Math.max(options.cachePageSize(), min);
+            this.cache = new ReadCache(this, options.cacheSize(), options.readahead(), page);
+        } else {
+            this.cache = null;
+        }
+    }
+
+    /** Connects with {@link ClientOptions#defaults()}. */
+    public static NbdClient connect(String uri) throws IOException {
+        return connect(NbdUri.parse(uri), ClientOptions.defaults());
+    }
+
+    /** Connects with {@link ClientOptions#defaults()}. */
+    public static NbdClient connect(URI uri) throws IOException {
+        return connect(NbdUri.parse(uri), ClientOptions.defaults());
+    }
+
+    public static NbdClient connect(URI uri, ClientOptions options) throws IOException {
+        return connect(NbdUri.parse(uri), options);
+    }
+
+    /**
+     * Connects to the export named by {@code uri} and finishes the handshake. With
+     * {@link ClientOptions#connections()} above one, further connections are opened only if the server
+     * advertises CAN_MULTI_CONN (otherwise their caches could disagree).
+     */
+    public static NbdClient connect(NbdUri uri, ClientOptions options) throws IOException {
+        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor(r ->
+            Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
+        List<Connection> opened = new ArrayList<>();
+        try {
+            Connection first = open(uri, options, timer, 0, null);
+            opened.add(first);
+            ExportInfo info = first.info();
+            int want = info.canMultiConn() ? options.connections() : 1;
+            for (int i = 1; i < want; i++) opened.add(open(uri, options, timer, i, info));
+            return new NbdClient(uri, options, info, opened, timer);
+        } catch (IOException | RuntimeException e) {
+            for (Connection c : opened) c.close(0);
+            timer.shutdownNow();
+            throw e;
+        }
+    }
+
+    /** The exports the server lists ({@code NBD_OPT_LIST}); the export part of {@code uri} is ignored. */
+    public static List<ExportListing> list(URI uri) throws IOException {
+        return list(NbdUri.parse(uri), ClientOptions.defaults());
+    }
+
+    public static List<ExportListing> list(NbdUri uri, ClientOptions options) throws IOException {
+        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor(r ->
+            Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
+        try (SocketChannel channel = openChannel(uri, options)) {
+            return withDeadline(channel, uri, options, timer, () -> new Handshake(channel, peer(uri)).list());
+        } finally {
+            timer.shutdownNow();
+        }
+    }
+
+    private static Connection open(NbdUri uri, ClientOptions options, ScheduledExecutorService timer, int index,
+                                   ExportInfo expected) throws IOException {
+        SocketChannel channel = openChannel(uri, options);
+        try {
+            Handshake.Result result = withDeadline(channel, uri, options, timer,
+                () -> new Handshake(channel, peer(uri)).go(uri.exportName(), options.structuredReplies()));
+            if (expected != null && (result.info().size() != expected.size()
+                || result.info().transmissionFlags() != expected.transmissionFlags())) {
+                throw new NbdException(peer(uri) + " described the export differently on connection " + index);
+            }
+            return new Connection(channel, peer(uri), result, timer, options, index);
+        } catch (IOException | RuntimeException e) {
+            channel.close();
+            throw e;
+        }
+    }
+
+    private interface HandshakeStep<T> {
+        T run() throws IOException;
+    }
+
+    /** Runs the handshake with a watchdog that closes the channel if the server stalls past the connect timeout. */
+    private static <T> T withDeadline(SocketChannel channel, NbdUri uri, ClientOptions options,
+                                      ScheduledExecutorService timer, HandshakeStep<T> step) throws IOException {
+        AtomicBoolean fired = new AtomicBoolean();
+        ScheduledFuture<?> watchdog = timer.schedule(() -> {
+            fired.set(true);
+            try {
+                channel.close();
+            } catch (IOException ignored) {
+                // Closing is the whole point.
+            }
+        }, options.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
+        try {
+            return step.run();
+        } catch (IOException e) {
+            if (fired.get()) {
+                throw new NbdConnectionException("handshake with " + peer(uri) + " timed out after "
+                    + options.connectTimeout().toMillis() + " ms", e);
+            }
+            throw e;
+        } finally {
+            watchdog.cancel(false);
+        }
+    }
+
+    private static SocketChannel openChannel(NbdUri uri, ClientOptions options) throws IOException {
+        boolean tcp = uri.address() instanceof InetSocketAddress;
+        SocketChannel channel = tcp ? SocketChannel.open() : SocketChannel.open(StandardProtocolFamily.UNIX);
+        try {
+            if (tcp) {
+                InetSocketAddress address = (InetSocketAddress) uri.address();
+                if (address.isUnresolved()) throw new NbdConnectionException("cannot resolve host " + address.getHostString(), null);
+                channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                channel.socket().connect(address, (int) Math.min(Integer.MAX_VALUE, options.connectTimeout().toMillis()));
+            } else {
+                channel.connect(uri.address());
+            }
+            return channel;
+        } catch (IOException e) {
+            channel.close();
+            if (e instanceof NbdException) throw e;
+            throw new NbdConnectionException("cannot connect to " + peer(uri) + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static String peer(NbdUri uri) {
+        return switch (uri.address()) {
+            case InetSocketAddress a -> a.getHostString() + ":" + a.getPort();
+            default -> uri.address().toString();
+        };
+    }
+
+    /** What the handshake reported: size, flags, block size constraints, negotiated features. */
+    public ExportInfo info() {
+        return info;
+    }
+
+    public long size() {
+        return info.size();
+    }
+
+    public NbdUri uri() {
+        return uri;
+    }
+
+    /** Connections actually open: one unless the server offers CAN_MULTI_CONN and more were asked for. */
+    public int connectionCount() {
+        return connections.size();
+    }
+
+    /** A view with blocking methods that throw {@link IOException}, for simple programs. */
+    public BlockingNbdClient blocking() {
+        return blocking;
+    }
+
+    /**
+     * Reads {@code dst.remaining()} bytes at {@code offset} into {@code dst} from its position; the buffer's
+     * position and limit are not changed. Completes only when the whole range has arrived (holes are
+     * zero-filled); fails if any part of it failed, in which case the buffer's contents are undefined.
+     */
+    public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
+        int length = dst.remaining();
+        checkRange("read", offset, length);
+        if (length == 0) return CompletableFuture.completedFuture(null);
+        if (cache != null) return cache.read(offset, dst);
+        return readUncached(offset, dst);
+    }
+
+    CompletableFuture<Void> readUncached(long offset, ByteBuffer dst) {
+        int length = dst.remaining();
+        int base = dst.position();
+        List<CompletableFuture<Object>> parts = new ArrayList<>();
+        for (long done = 0; done < length; ) {
+            int n = (int) Math.min(maxRequest, length - done);
+            parts.add(pick().submit(Nbd.CMD_READ, 0, offset + done, n, dst.slice(base + (int) done, n)));
+            done += n;
+        }
+        return all(parts);
+    }
+
+    /**
+     * Writes {@code src.remaining()} bytes from its position at {@code offset}; the buffer's position is not
+     * changed and it must not be modified until the future completes. With {@code fua} the data is on stable
+     * storage when the future completes (by FUA, or a flush when the server has no FUA).
+     */
+    public CompletableFuture<Void> write(long offset, ByteBuffer src, boolean fua) {
+        int length = src.remaining();
+        checkRange("write", offset, length);
+        if (info.readOnly()) return failedReadOnly("write");
+        if (length == 0) return CompletableFuture.completedFuture(null);
+        int flags = fua && info.canFua() ? Nbd.CMD_FLAG_FUA : 0;
+        int base = src.position();
+        invalidate(offset, length);
+        List<CompletableFuture<Object>> parts = new ArrayList<>();
+        for (long done = 0; done < length; ) {
+            int n = (int) Math.min(maxRequest, length - done);
+            parts.add(pick().submit(Nbd.CMD_WRITE, flags, offset + done, n, src.slice(base + (int) done, n)));
+            done += n;
+        }
+        return afterWrite(all(parts), offset, length, fua && !info.canFua());
+    }
+
+    /** Makes every completed write durable. A no-op when the server does not offer FLUSH. */
+    public CompletableFuture<Void> flush() {
+        if (!info.canFlush()) return CompletableFuture.completedFuture(null);
+        // With CAN_MULTI_CONN a flush on one connection covers writes completed on all of them.
+        return all(List.of(pick().submit(Nbd.CMD_FLUSH, 0, 0, 0, null)));
+    }
+
+    /** Tells the server the range is no longer needed. A hint: a no-op when the server does not offer TRIM. */
+    public CompletableFuture<Void> trim(long offset, long length, boolean fua) {
+        checkRange("trim", offset, length);
+        if (info.readOnly()) return failedReadOnly("trim");
+        if (!info.canTrim() || length == 0) return CompletableFuture.completedFuture(null);
+        invalidate(offset, length);
+        int flags = fua && info.canFua() ? Nbd.CMD_FLAG_FUA : 0;
+        return afterWrite(split(Nbd.CMD_TRIM, flags, offset, length), offset, length, fua && !info.canFua());
+    }
+
+    /**
+     * Makes the range read as zeroes. {@code noHole} asks the server to keep it allocated; {@code fastZero}
+     * asks it to fail with ENOTSUP rather than zero slowly (it also fails so if the server cannot promise
+     * fast zeroing). When the server lacks WRITE_ZEROES, zeroes are written with ordinary writes.
+     */
+    public CompletableFuture<Void> writeZeroes(long offset, long length, boolean noHole, boolean fastZero, boolean fua) {
+        checkRange("write zeroes", offset, length);
+        if (info.readOnly()) return failedReadOnly("write zeroes");
+        if (length == 0) return CompletableFuture.completedFuture(null);
+        if (!info.canWriteZeroes() || (fastZero && !info.canFastZero())) {
+            if (fastZero) {
+                return CompletableFuture.failedFuture(new NbdErrorException(Nbd.ENOTSUP,
+                    "WRITE_ZEROES(offset=" + offset + ", length=" + length + ", FAST_ZERO)", "server cannot zero fast"));
+            }
+            return writeZeroBuffers(offset, length, fua);
+        }
+        invalidate(offset, length);
+        int flags = (noHole ? Nbd.CMD_FLAG_NO_HOLE : 0) | (fastZero ? Nbd.CMD_FLAG_FAST_ZERO : 0)
+            | (fua && info.canFua() ? Nbd.CMD_FLAG_FUA : 0);
+        return afterWrite(split(Nbd.CMD_WRITE_ZEROES, flags, offset, length), offset, length, fua && !info.canFua());
+    }
+
+    private CompletableFuture<Void> writeZeroBuffers(long offset, long length, boolean fua) {
+        ByteBuffer z = zeroes;
+        if (z == null) zeroes = z = ByteBuffer.allocateDirect((int) Math.min(maxRequest, 1 << 20));
+        List<CompletableFuture<Void>> parts = new ArrayList<>();
+        for (long done = 0; done < length; ) {
+            int n = (int) Math.min(z.capacity(), length - done);
+            parts.add(write(offset + done, z.slice(0, n), fua));
+            done += n;
+        }
+        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
+    }
+
+    /** Asks the server to prefetch the range into its own cache. A hint: a no-op without CACHE. */
+    public CompletableFuture<Void> cache(long offset, long length) {
+        checkRange("cache", offset, length);
+        if (!info.canCache() || length == 0) return CompletableFuture.completedFuture(null);
+        return split(Nbd.CMD_CACHE, 0, offset, length);
+    }
+
+    /**
+     * One {@code NBD_CMD_BLOCK_STATUS} request for {@code base:allocation}: the extents the server reports from
+     * {@code offset}, clipped to the range; the server may describe less than the whole range (use
+     * {@link #extents} to cover all of it). Without base:allocation the whole range is reported as data.
+     */
+    public CompletableFuture<List<Extent>> blockStatus(long offset, long length) {
+        checkRange("block status", offset, length);
+        if (length == 0) return CompletableFuture.completedFuture(List.of());
+        if (!info.baseAllocation()) return CompletableFuture.completedFuture(List.of(new Extent(offset, length, 0)));
+        long n = alignUp(Math.min(length, MAX_EFFECT_LENGTH));
+        if (offset + n > info.size()) n = info.size() - offset;
+        long asked = n;
+        return pick().submit(Nbd.CMD_BLOCK_STATUS, 0, offset, asked, null).thenApply(result -> {
+            @SuppressWarnings("unchecked") List<Extent> list = (List<Extent>) result;
+            List<Extent> clipped = new ArrayList<>(list.size());
+            for (Extent e : list) {
+                if (e.offset() >= offset + length) break;
+                clipped.add(new Extent(e.offset(), Math.min(e.length(), offset + length - e.offset()), e.flags()));
+            }
+            return clipped;
+        });
+    }
+
+    /** Block status of the whole range, asking as many times as the server needs to describe it all. */
+    public CompletableFuture<List<Extent>> extents(long offset, long length) {
+        List<Extent> out = new ArrayList<>();
+        return extentsFrom(offset, offset + length, out).thenApply(v -> List.copyOf(out));
+    }
+
+    private CompletableFuture<Void> extentsFrom(long at, long end, List<Extent> out) {
+        if (at >= end) return CompletableFuture.completedFuture(null);
+        return blockStatus(at, end - at).thenCompose(list -> {
+            long next = at;
+            for (Extent e : list) {
+                out.add(e);
+                next = e.end();
+            }
+            return extentsFrom(next, end, out);
+        });
+    }
+
+    /** Waits for requests in flight (up to the request timeout), disconnects politely and closes every connection. */
+    @Override
+    public void close() {
+        if (!closed.compareAndSet(false, true)) return;
+        long grace = options.requestTimeout().isZero() ? 10_000 : options.requestTimeout().toMillis();
+        for (Connection c : connections) c.close(grace);
+        timer.shutdownNow();
+    }
+
+    // ---- helpers ----
+
+    private Connection pick() {
+        Connection best = connections.getFirst();
+        if (connections.size() > 1) {
+            for (Connection c : connections) {
+                if (c.alive() && (!best.alive() || c.inFlight() < best.inFlight())) best = c;
+            }
+        }
+        return best;
+    }
+
+    private CompletableFuture<Void> split(int type, int flags, long offset, long length) {
+        long step = Math.max(info.minimumBlockSize(), MAX_EFFECT_LENGTH / info.minimumBlockSize() * info.minimumBlockSize());
+        List<CompletableFuture<Object>> parts = new ArrayList<>();
+        for (long done = 0; done < length; ) {
+            long n = Math.min(step, length - done);
+            parts.add(pick().submit(type, flags, offset + done, n, null));
+            done += n;
+        }
+        return all(parts);
+    }
+
+    private CompletableFuture<Void> afterWrite(CompletableFuture<Void> f, long offset, long length, boolean flushAfter) {
+        CompletableFuture<Void> done = f.whenComplete((v, e) -> invalidate(offset, length));
+        return flushAfter ? done.thenCompose(v -> flush()) : done;
+    }
+
+    private void invalidate(long offset, long length) {
+        if (cache != null) cache.invalidate(offset, length);
+    }
+
+    private static CompletableFuture<Void> all(List<CompletableFuture<Object>> parts) {
+        if (parts.size() == 1) return parts.getFirst().thenApply(x -> null);
+        CompletableFuture<Void> all = CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
+        // allOf waits for every part; fail as soon as the first part fails, so callers learn promptly.
+        CompletableFuture<Void> result = new CompletableFuture<>();
+        all.whenComplete((v, e) -> {
+            if (e == null) result.complete(null);
+            else result.completeExceptionally(unwrap(e));
+        });
+        for (var p : parts) p.whenComplete((v, e) -> { if (e != null) result.completeExceptionally(unwrap(e)); });
+        return result;
+    }
+
+    static Throwable unwrap(Throwable e) {
+        while (e instanceof java.util.concurrent.CompletionException && e.getCause() != null) e = e.getCause();
+        return e;
+    }
+
+    private CompletableFuture<Void> failedReadOnly(String what) {
+        return CompletableFuture.failedFuture(new NbdException("cannot " + what + ": export '" + info.name()
+            + "' on " + uri + " is read-only"));
+    }
+
+    private long alignUp(long n) {
+        long min = info.minimumBlockSize();
+        return (n + min - 1) / min * min;
+    }
+
+    private void checkRange(String what, long offset, long length) {
+        if (closed.get()) throw new IllegalStateException(new ClosedChannelException());
+        if (offset < 0 || length < 0 || offset > info.size() || length > info.size() - offset) {
+            throw new IllegalArgumentException(what + " of " + length + " bytes at offset " + offset
+                + " is outside the export (size " + info.size() + ")");
+        }
+        long min = info.minimumBlockSize();
+        boolean endsAtSize = offset + length == info.size();
+        if (offset % min != 0 || (length % min != 0 && !endsAtSize)) {
+            throw new IllegalArgumentException(what + " of " + length + " bytes at offset " + offset
+                + " is not aligned to the server's minimum block size " + min);
+        }
+    }
+}
