@@ -45,6 +45,6 @@ jnbd_find_jdk() {
     printf '%s\n' "$best"
     return 0
   fi
-  echo "jnbd: needs a JDK $JNBD_MIN_JAVA or newer: install one (e.g. apt-get install temurin-25-jdk) or set JAVA_HOME to it" >&2
+  echo "jnbd: needs a JDK $JNBD_MIN_JAVA or newer: install one (e.g. apt-get install temurin-${JNBD_MIN_JAVA}-jdk) or set JAVA_HOME to it" >&2
   return 1
 }

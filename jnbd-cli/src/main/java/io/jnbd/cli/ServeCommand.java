@@ -163,18 +163,23 @@ public final class ServeCommand implements Callable<Integer> {
             .withIoThreads(ioThreads)
             .withBufferBudget(ExportSpec.parseSize(bufferMemory));
         NbdServer server = new NbdServer(registry, cfg);
+        // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
+        installSignalHandlers(server);
         List<SocketAddress> bound = new ArrayList<>();
         for (SocketAddress a : addresses) {
             try {
                 bound.add(server.listen(a));
             } catch (IOException e) {
+                if (server.isStopping()) {
+                    server.awaitStop();
+                    return 0;
+                }
                 err.println("jnbd serve: cannot listen on " + NbdServer.describe(a) + ": "
                     + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
                 server.stop(Duration.ZERO);
                 return 1;
             }
         }
-        installSignalHandlers(server);
         if (statsInterval > 0) server.reportStatsEvery(Duration.ofSeconds(statsInterval));
         printBanner(registry, bound);
         server.awaitStop();

@@ -21,6 +21,8 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -66,10 +68,13 @@ class FilesystemInteropTest {
         if (server != null) server.stop();
     }
 
-    @Test
-    void ext4RoundTripThroughNbdfuseAndLoop() throws Exception {
+    /** Both data paths, and the sorted scheduler with split reads, must keep a filesystem intact. */
+    @ParameterizedTest(name = "{0}")
+    @ValueSource(strings = {"mode=cached", "mode=direct", "mode=direct,scheduler=sorted,split=128K,chunk=32K,streams=4",
+        "mode=cached,scheduler=sorted"})
+    void ext4RoundTripThroughNbdfuseAndLoop(String options) throws Exception {
         Path image = dir.resolve("fs.img");
-        server = JnbdServer.start(dir, "--export", "fs=file:" + image + ",size=128M");
+        server = JnbdServer.start(dir, "--export", "fs=file:" + image + ",size=128M," + options);
 
         Path tree = dir.resolve("tree");
         generateTree(tree, 7);

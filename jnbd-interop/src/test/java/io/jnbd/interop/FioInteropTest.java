@@ -34,7 +34,10 @@ class FioInteropTest {
         Interop.requireCommands("fio");
         server = JnbdServer.start(dir,
             "--export", "cached=file:" + dir.resolve("cached.img") + ",size=64M,mode=cached",
-            "--export", "direct=file:" + dir.resolve("direct.img") + ",size=64M,mode=direct");
+            "--export", "direct=file:" + dir.resolve("direct.img") + ",size=64M,mode=direct",
+            // large reads cut into chunks that leave out of order, with the sorting scheduler
+            "--export", "chunked=file:" + dir.resolve("chunked.img")
+                + ",size=64M,mode=direct,scheduler=sorted,split=128K,chunk=32K,streams=4");
     }
 
     @AfterAll
@@ -51,6 +54,8 @@ class FioInteropTest {
             all.add(Arguments.of(export, "write", "--bs=1M", 4));
             all.add(Arguments.of(export, "randrw", "--bssplit=4k/40:64k/30:512k/20:2m/10", 32));
         }
+        all.add(Arguments.of("chunked", "randrw", "--bsrange=4k-1m", 16));
+        all.add(Arguments.of("chunked", "randrw", "--bssplit=4k/40:64k/30:512k/20:2m/10", 32));
         return all.stream();
     }
 

@@ -32,6 +32,19 @@ final class JnbdServer implements AutoCloseable {
 
     /** Starts {@code bin/jnbd serve --listen 127.0.0.1:PORT ARGS...} in workDir and waits until the port accepts. */
     static JnbdServer start(Path workDir, String... args) throws IOException, InterruptedException {
+        return startOnFreePort(workDir, true, args);
+    }
+
+    /**
+     * As {@link #start(Path, String...)}, but returns as soon as the port accepts, without waiting for
+     * the banner: for tests of what happens in the moment right after the server starts listening.
+     */
+    static JnbdServer startUntilAccepting(Path workDir, String... args) throws IOException, InterruptedException {
+        return startOnFreePort(workDir, false, args);
+    }
+
+    private static JnbdServer startOnFreePort(Path workDir, boolean waitForBanner, String... args)
+            throws IOException, InterruptedException {
         IOException last = null;
         for (int attempt = 0; attempt < 3; attempt++) {
             int port = Interop.freePort();
@@ -39,7 +52,7 @@ final class JnbdServer implements AutoCloseable {
                 "--listen", "127.0.0.1:" + port));
             command.addAll(List.of(args));
             try {
-                return start(workDir, port, command);
+                return start(workDir, port, command, waitForBanner);
             } catch (PortTakenException e) {
                 last = e; // someone took the free port between our probe and the bind: try another
             }
@@ -49,6 +62,11 @@ final class JnbdServer implements AutoCloseable {
 
     /** Starts exactly this command line (no --listen added) and waits until {@code port} accepts. */
     static JnbdServer start(Path workDir, int port, List<String> command) throws IOException, InterruptedException {
+        return start(workDir, port, command, true);
+    }
+
+    private static JnbdServer start(Path workDir, int port, List<String> command, boolean waitForBanner)
+            throws IOException, InterruptedException {
         Files.createDirectories(workDir);
         Path log = workDir.resolve("server.log");
         ProcessBuilder builder = new ProcessBuilder(command)
@@ -72,10 +90,10 @@ final class JnbdServer implements AutoCloseable {
                 fail("%s did not listen on port %d within %s:%n%s", String.join(" ", command), port,
                     START_TIMEOUT, server.log());
             }
-            Thread.sleep(100);
+            Thread.sleep(waitForBanner ? 100 : 10);
         }
         // The banner is printed once every listener is up; the port may accept a moment before it is written.
-        while (!server.log().contains("Connect with") && process.isAlive() && System.nanoTime() < deadline) {
+        while (waitForBanner && !server.log().contains("Connect with") && process.isAlive() && System.nanoTime() < deadline) {
             Thread.sleep(50);
         }
         return server;

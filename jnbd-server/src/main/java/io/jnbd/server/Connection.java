@@ -260,7 +260,7 @@ final class Connection implements Runnable {
                     stats.bytesRead.add(r.length());
                     server.stats().bytesRead.add(r.length());
                     writer.sendInline(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
-                        r.offset(), r.length(), first));
+                        backend.zeroCopyFd(), r.offset(), r.length(), first));
                     continue;
                 }
                 ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());

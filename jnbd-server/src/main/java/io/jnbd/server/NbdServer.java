@@ -72,8 +72,14 @@ public final class NbdServer implements AutoCloseable {
     public ServerStats stats() { return stats; }
     boolean stopping() { return stopping; }
 
+    /** True once {@link #stop} has begun. */
+    public boolean isStopping() { return stopping; }
+
     /** Binds a TCP ({@link InetSocketAddress}) or Unix ({@link UnixDomainSocketAddress}) listener and starts accepting. */
     public SocketAddress listen(SocketAddress address) throws IOException {
+        synchronized (stopLock) {
+            if (stopping) throw new IOException("server is stopping");
+        }
         ServerSocketChannel server;
         if (address instanceof UnixDomainSocketAddress unix) {
             // A socket file left by a server that died is in the way; a live one would still answer.
@@ -86,7 +92,14 @@ public final class NbdServer implements AutoCloseable {
             server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
             server.bind(address, 128);
         }
-        listeners.add(server);
+        synchronized (stopLock) {
+            // stop() may have run while we were binding; it could not close what it did not see.
+            if (stopping) {
+                closeQuietly(server);
+                throw new IOException("server is stopping");
+            }
+            listeners.add(server);
+        }
         SocketAddress bound = server.getLocalAddress();
         Thread.ofPlatform().name("jnbd-accept-" + bound).start(() -> acceptLoop(server));
         log.info("listening on {}", describe(bound));
@@ -191,12 +204,14 @@ public final class NbdServer implements AutoCloseable {
      * {@code grace}), flushes and closes the exports. Idempotent.
      */
     public void stop(Duration grace) {
+        List<ServerSocketChannel> toClose;
         synchronized (stopLock) {
             if (stopped) return;
             stopped = true;
             stopping = true;
+            toClose = List.copyOf(listeners);
         }
-        for (ServerSocketChannel s : listeners) closeQuietly(s);
+        for (ServerSocketChannel s : toClose) closeQuietly(s);
         for (Path p : unixPaths) {
             try {
                 Files.deleteIfExists(p);

@@ -1,5 +1,6 @@
 package io.jnbd.server;
 
+import io.jnbd.server.io.NativeIo;
 import io.jnbd.server.io.Releasable;
 import io.jnbd.server.io.Channels;
 import java.io.IOException;
@@ -27,18 +28,18 @@ final class ReplyWriter implements Runnable {
      * {@code completes}: the request whose reply ends with this part, or null if more parts follow.
      * {@code lease}: released once the part is on the wire.
      */
-    record Part(ByteBuffer header, ByteBuffer data, Releasable lease, FileChannel file, long filePosition,
+    record Part(ByteBuffer header, ByteBuffer data, Releasable lease, FileChannel file, int fileFd, long filePosition,
                 long fileLength, InFlight completes) {
         static Part of(ByteBuffer header, InFlight completes) {
-            return new Part(header, null, null, null, 0, 0, completes);
+            return new Part(header, null, null, null, -1, 0, 0, completes);
         }
 
         static Part withData(ByteBuffer header, ByteBuffer data, Releasable lease, InFlight completes) {
-            return new Part(header, data, lease, null, 0, 0, completes);
+            return new Part(header, data, lease, null, -1, 0, 0, completes);
         }
 
-        static Part withFile(ByteBuffer header, FileChannel file, long position, long length, InFlight completes) {
-            return new Part(header, null, null, file, position, length, completes);
+        static Part withFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length, InFlight completes) {
+            return new Part(header, null, null, file, fileFd, position, length, completes);
         }
 
         void release() {
@@ -49,6 +50,8 @@ final class ReplyWriter implements Runnable {
     private static final Part END = Part.of(ByteBuffer.allocate(0), null);
 
     private final SocketChannel channel;
+    /** The socket's descriptor for native sendfile with MSG_MORE, or -1 to use the JDK's transferTo. */
+    private final int socketFd;
     private final LinkedBlockingQueue<Part> queue = new LinkedBlockingQueue<>();
     private final Consumer<InFlight> onRequestCompleted;
     private final Runnable onFailure;
@@ -60,6 +63,7 @@ final class ReplyWriter implements Runnable {
 
     ReplyWriter(SocketChannel channel, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
         this.channel = channel;
+        this.socketFd = NativeIo.socketFd(channel);
         this.onRequestCompleted = onRequestCompleted;
         this.onFailure = onFailure;
     }
@@ -164,6 +168,13 @@ final class ReplyWriter implements Runnable {
                     complete(batch, sent, i);
                     sent = i;
                     return true;
+                }
+                if (p.file != null && p.fileFd >= 0 && socketFd >= 0) {
+                    flush(gather);
+                    NativeIo.sendHeaderAndFile(socketFd, p.header, p.fileFd, p.filePosition, p.fileLength);
+                    complete(batch, sent, i + 1);
+                    sent = i + 1;
+                    continue;
                 }
                 gather.add(p.header);
                 if (p.data != null) gather.add(p.data);

@@ -43,6 +43,11 @@ public interface Backend extends AutoCloseable {
         return null;
     }
 
+    /** The file descriptor of {@link #zeroCopySource()} for native sendfile, or -1. */
+    default int zeroCopyFd() {
+        return -1;
+    }
+
     /** Writes {@code src} from its position to its limit at {@code offset}; durable before return if {@code fua}. */
     void write(long offset, ByteBuffer src, boolean fua) throws IOException;
 

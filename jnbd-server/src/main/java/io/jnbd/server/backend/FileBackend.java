@@ -124,6 +124,11 @@ public final class FileBackend implements Backend {
     }
 
     @Override
+    public int zeroCopyFd() {
+        return mode == Mode.CACHED ? nativeFd : -1;
+    }
+
+    @Override
     public String describe() {
         return "file:" + path + " (" + mode.name().toLowerCase() + (blockDevice ? ", block device" : "") + ")";
     }

@@ -26,6 +26,7 @@ public final class ReadOnlyFilter implements Backend {
     @Override public BlockSizes blockSizes() { return inner.blockSizes(); }
     @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
     @Override public FileChannel zeroCopySource() { return inner.zeroCopySource(); }
+    @Override public int zeroCopyFd() { return inner.zeroCopyFd(); }
     @Override public void flush() throws IOException { inner.flush(); }
     @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
     @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }

@@ -51,6 +51,11 @@ public final class NativeIo {
     private static final MethodHandle LSEEK;
     private static final MethodHandle FADVISE;
     private static final MethodHandle PWRITEV;
+    private static final MethodHandle SEND;
+    private static final MethodHandle SENDFILE;
+    public static final int MSG_MORE = 0x8000;
+    private static final int EINTR = 4;
+    private static final int EAGAIN = 11;
     private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
     private static final StructLayout CAPTURE_LAYOUT;
     private static final VarHandle ERRNO;
@@ -58,6 +63,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
+        MethodHandle send = null, sendfile = null;
         StructLayout capture = null;
         VarHandle errno = null;
         boolean ok = false;
@@ -84,12 +90,20 @@ public final class NativeIo {
                 pwritev = linker.downcallHandle(libc.find("pwritev").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
                         ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG), ccs);
+                send = linker.downcallHandle(libc.find("send").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
+                sendfile = linker.downcallHandle(libc.find("sendfile").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                        ValueLayout.ADDRESS, ValueLayout.JAVA_LONG), ccs);
                 ok = true;
             }
         } catch (Throwable t) {
             ok = false; // no native access: every caller has a portable fallback
         }
         PWRITEV = pwritev;
+        SEND = send;
+        SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
     }
@@ -211,6 +225,63 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("pwritev", t);
+        }
+    }
+
+    /**
+     * Sends {@code header} with {@code MSG_MORE} and then {@code length} bytes of {@code fileFd} from
+     * {@code position} by sendfile, on a blocking socket. {@code MSG_MORE} lets the kernel put the header
+     * and the first data in one segment instead of sending the small header on its own.
+     */
+    public static void sendHeaderAndFile(int socketFd, ByteBuffer header, int fileFd, long position, long length)
+            throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment h = arena.allocate(header.remaining());
+            h.copyFrom(MemorySegment.ofBuffer(header));
+            long off = 0;
+            while (off < h.byteSize()) {
+                long n = (long) SEND.invokeExact(state, socketFd, h.asSlice(off), h.byteSize() - off, MSG_MORE);
+                if (n < 0) {
+                    int e = errno(state);
+                    if (e == EINTR) continue;
+                    throw new ErrnoException("send", e);
+                }
+                off += n;
+            }
+            header.position(header.limit());
+            MemorySegment pos = arena.allocate(ValueLayout.JAVA_LONG);
+            pos.set(ValueLayout.JAVA_LONG, 0, position);
+            long left = length;
+            while (left > 0) {
+                long n = (long) SENDFILE.invokeExact(state, socketFd, fileFd, pos, left);
+                if (n < 0) {
+                    int e = errno(state);
+                    if (e == EINTR || e == EAGAIN) continue;
+                    throw new ErrnoException("sendfile", e);
+                }
+                if (n == 0) throw new java.io.EOFException("file ended while sending a read");
+                left -= n;
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("sendfile", t);
+        }
+    }
+
+    /**
+     * The descriptor behind a JDK socket channel, or -1. Needs {@code --add-exports java.base/sun.nio.ch=ALL-UNNAMED};
+     * without it the caller keeps to the JDK's own calls.
+     */
+    public static int socketFd(java.nio.channels.SocketChannel channel) {
+        if (!AVAILABLE || channel.isBlocking() == false) return -1;
+        try {
+            Class<?> selCh = Class.forName("sun.nio.ch.SelChImpl");
+            if (!selCh.isInstance(channel)) return -1;
+            return (int) selCh.getMethod("getFDVal").invoke(channel);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return -1;
         }
     }
 
