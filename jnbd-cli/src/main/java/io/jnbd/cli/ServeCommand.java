@@ -82,6 +82,11 @@ public final class ServeCommand implements Callable<Integer> {
         description = "close clients that have not finished the handshake by then (default ${DEFAULT-VALUE})")
     int handshakeTimeout;
 
+    @Option(names = "--send-timeout", paramLabel = "SECONDS", defaultValue = "60",
+        description = "drop a client whose replies have not moved for this long, so clients that stop reading "
+            + "cannot hold buffers from the others (default ${DEFAULT-VALUE})")
+    int sendTimeout;
+
     @Option(names = "--requests-in-flight", paramLabel = "N", defaultValue = "64",
         description = "requests served at once per connection before the server stops reading from it (default ${DEFAULT-VALUE})")
     int requestsInFlight;
@@ -160,6 +165,7 @@ public final class ServeCommand implements Callable<Integer> {
         ServerConfig cfg = ServerConfig.defaults()
             .withHandshakeTimeout(Duration.ofSeconds(handshakeTimeout))
             .withRequestsInFlight(requestsInFlight)
+            .withSendTimeout(Duration.ofSeconds(sendTimeout))
             .withIoThreads(ioThreads)
             .withBufferBudget(ExportSpec.parseSize(bufferMemory));
         NbdServer server = new NbdServer(registry, cfg);

@@ -51,6 +51,8 @@ final class Connection {
     private final ByteBuffer replyHeader = ByteBuffer.allocateDirect(Nbd.STRUCTURED_REPLY_SIZE);
     private final ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
     private final Thread reader;
+    /** True on reader threads, whose completion callbacks may submit more requests. */
+    private static final ThreadLocal<Boolean> IN_READER = ThreadLocal.withInitial(() -> false);
     /** Set once, when the connection dies; every later submission fails with it. */
     private volatile NbdException failure;
 
@@ -92,7 +94,15 @@ final class Connection {
         }
         long deadline = requestTimeoutNanos > 0 ? System.nanoTime() + requestTimeoutNanos : 0;
         try {
-            boolean got = requestTimeoutNanos > 0 ? window.tryAcquire(requestTimeoutNanos, TimeUnit.NANOSECONDS) : acquire();
+            boolean got;
+            if (IN_READER.get()) {
+                // A completion callback running on a reader thread must not wait for a slot: the slot it waits
+                // for may only be freed by that very thread. It goes over the window instead.
+                p.holdsSlot = window.tryAcquire();
+                got = true;
+            } else {
+                got = requestTimeoutNanos > 0 ? window.tryAcquire(requestTimeoutNanos, TimeUnit.NANOSECONDS) : acquire();
+            }
             if (!got) {
                 p.future.completeExceptionally(new NbdTimeoutException("no free request slot on " + peer + " within the request timeout for " + p.describe()));
                 return p.future;
@@ -124,6 +134,7 @@ final class Connection {
             } else {
                 while (sendHeader.hasRemaining()) channel.write(sendHeader);
             }
+            p.sent = true;
         } catch (IOException e) {
             fail(new NbdConnectionException("connection to " + peer + " failed while sending " + p.describe() + ": " + e.getMessage(), e));
         } finally {
@@ -138,16 +149,26 @@ final class Connection {
     }
 
     private void timeOut(Pending p) {
+        NbdTimeoutException e = new NbdTimeoutException(p.describe() + " to " + peer + " got no reply within "
+            + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms");
+        if (!p.sent) {
+            // Still stuck in the socket write: the server has stopped reading. Only closing the channel frees
+            // the sending thread (and whoever waits for the send lock).
+            fail(new NbdConnectionException("connection to " + peer + " closed: the server stopped reading requests ("
+                + e.getMessage() + ")", e));
+            return;
+        }
         // The reply may still come; the entry stays so the reader can drain it, but the caller is released now.
         p.abandoned = true;
-        p.future.completeExceptionally(new NbdTimeoutException(p.describe() + " to " + peer + " got no reply within "
-            + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms"));
+        p.future.completeExceptionally(e);
     }
 
     /** Sends DISC after the requests in flight have been answered (or {@code graceMillis} passed), then closes. */
     void close(long graceMillis) {
         long until = System.currentTimeMillis() + graceMillis;
-        while (!inFlight.isEmpty() && failure == null && System.currentTimeMillis() < until) {
+        // Requests already timed out are not waited for: their caller has been told, the server may be stuck.
+        while (failure == null && System.currentTimeMillis() < until
+               && inFlight.values().stream().anyMatch(p -> !p.abandoned)) {
             try {
                 Thread.sleep(5);
             } catch (InterruptedException e) {
@@ -193,7 +214,7 @@ final class Connection {
     /** Removes the request and releases its slot exactly once, then completes its future. */
     private void finish(Pending p, Throwable error) {
         if (inFlight.remove(p.cookie) == null) return;
-        window.release();
+        if (p.holdsSlot) window.release();
         if (p.timeout != null) p.timeout.cancel(false);
         if (error != null) {
             p.future.completeExceptionally(error);
@@ -205,6 +226,7 @@ final class Connection {
     // ---- receive side: only the reader thread runs below ----
 
     private void readLoop() {
+        IN_READER.set(true);
         try {
             while (true) readReply();
         } catch (ProtocolException e) {
@@ -227,7 +249,7 @@ final class Connection {
         if (magic == Nbd.SIMPLE_REPLY_MAGIC) {
             simpleReply(SimpleReply.decodeAfterMagic(replyHeader));
         } else if (magic == Nbd.STRUCTURED_REPLY_MAGIC && info.structuredReplies()) {
-            replyHeader.limit(Nbd.STRUCTURED_REPLY_SIZE);
+            replyHeader.limit(Nbd.STRUCTURED_REPLY_SIZE).position(Nbd.SIMPLE_REPLY_SIZE);
             readFully(replyHeader);
             replyHeader.position(4);
             chunk(StructuredReplyHeader.decodeAfterMagic(replyHeader));
@@ -343,11 +365,7 @@ final class Connection {
     }
 
     private static void zeroFill(ByteBuffer buf, int from, int n) {
-        if (buf.hasArray()) {
-            java.util.Arrays.fill(buf.array(), buf.arrayOffset() + from, buf.arrayOffset() + from + n, (byte) 0);
-            return;
-        }
-        for (int i = 0; i < n; i++) buf.put(from + i, (byte) 0);
+        java.lang.foreign.MemorySegment.ofBuffer(buf.slice(from, n)).fill((byte) 0);
     }
 
     private void readFully(ByteBuffer buf) throws IOException {
@@ -366,6 +384,9 @@ final class Connection {
         final long cookie = nextCookie.getAndIncrement();
         final CompletableFuture<Object> future = new CompletableFuture<>();
         volatile boolean abandoned;
+        /** The whole request (and payload) is in the socket. */
+        volatile boolean sent;
+        boolean holdsSlot = true;
         volatile ScheduledFuture<?> timeout;
         /** Parts of a read covered by content or error chunks so far: start to end, relative to the request. */
         private TreeMap<Long, Long> covered;
@@ -393,7 +414,8 @@ final class Connection {
         /** Checks a content chunk against the request and earlier chunks; returns its position in the buffer. */
         long placeChunk(long chunkOffset, long chunkLength) throws ProtocolException {
             long rel = chunkOffset - offset;
-            if (Long.compareUnsigned(chunkOffset, offset) < 0 || rel > length || chunkLength > length - rel) {
+            if (Long.compareUnsigned(chunkOffset, offset) < 0 || Long.compareUnsigned(rel, length) > 0
+                || chunkLength > length - rel) {
                 throw new ProtocolException("chunk [" + Long.toUnsignedString(chunkOffset) + ", +" + chunkLength
                     + ") lies outside " + describe());
             }

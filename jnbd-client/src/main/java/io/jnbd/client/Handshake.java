@@ -99,7 +99,12 @@ final class Handshake {
                 // An old server without GO: EXPORT_NAME cannot report errors or block sizes, but it works.
                 return exportName(export, structured, baseAllocationId);
             }
-            if (r.header.isError()) throw optionError("GO", export, r);
+            if (r.header.isError()) {
+                // Tell the server we are leaving rather than just hanging up on it.
+                NbdException e = optionError("GO", export, r);
+                abort();
+                throw e;
+            }
             if (type != Nbd.REP_INFO) throw violation("unexpected reply " + r.name() + " to GO");
             Info info;
             try {

@@ -25,6 +25,8 @@ final class ReadCache {
     /** Bumped by every invalidation; a fetch started under an older epoch may hold stale data. */
     private long epoch;
     private long sequentialEnd = -1;
+    /** Where the readahead issued so far ends. */
+    private long prefetchedEnd;
 
     ReadCache(NbdClient client, long capacity, long readahead, int pageSize) {
         this.client = client;
@@ -44,46 +46,86 @@ final class ReadCache {
         int base = dst.position();
         long first = offset / pageSize;
         long last = (offset + length - 1) / pageSize;
+        long end = offset + length;
+        long readaheadEnd = 0;
+        synchronized (this) {
+            boolean sequential = offset == sequentialEnd;
+            sequentialEnd = end;
+            if (!sequential) {
+                prefetchedEnd = (last + 1) * pageSize;
+            } else if (readahead > 0 && end + readahead / 2 >= prefetchedEnd) {
+                // Like the kernel's async readahead: once the reader is in the second half of what was
+                // prefetched, fetch the next whole window in one go rather than a page per read.
+                readaheadEnd = Math.min(client.size(), Math.max(prefetchedEnd, end) + readahead);
+                prefetchedEnd = (readaheadEnd + pageSize - 1) / pageSize * pageSize;
+            }
+        }
+        long lastWanted = Math.max(last, readaheadEnd > 0 ? (readaheadEnd - 1) / pageSize : last);
+        // One request covers each run of missing pages, the readahead included, rather than one per page.
+        List<CompletableFuture<ByteBuffer>> pagesFor = pages(first, lastWanted);
         List<CompletableFuture<Void>> parts = new ArrayList<>();
         for (long page = first; page <= last; page++) {
             long pageStart = page * pageSize;
             long from = Math.max(offset, pageStart);
             long to = Math.min(offset + length, pageStart + pageSize);
-            parts.add(page(page).thenAccept(buf ->
+            parts.add(pagesFor.get((int) (page - first)).thenAccept(buf ->
                 dst.put(base + (int) (from - offset), buf, (int) (from - pageStart), (int) (to - from))));
         }
-        boolean sequential;
-        synchronized (this) {
-            sequential = offset == sequentialEnd;
-            sequentialEnd = offset + length;
-        }
-        if (sequential && readahead > 0) {
-            long end = Math.min(client.size(), offset + length + readahead);
-            for (long page = last + 1; page * pageSize < end; page++) {
-                page(page).exceptionally(e -> null); // a failed prefetch only costs a later miss
-            }
+        for (int i = (int) (last - first) + 1; i < pagesFor.size(); i++) {
+            pagesFor.get(i).exceptionally(e -> null); // a failed prefetch only costs a later miss
         }
         return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
     }
 
-    private synchronized CompletableFuture<ByteBuffer> page(long page) {
-        ByteBuffer cached = pages.get(page);
-        if (cached != null) return CompletableFuture.completedFuture(cached);
-        CompletableFuture<ByteBuffer> pending = loading.get(page);
-        if (pending != null) return pending;
-        long start = page * pageSize;
-        int n = (int) Math.min(pageSize, client.size() - start);
-        ByteBuffer buf = ByteBuffer.allocateDirect(n);
-        long startEpoch = epoch;
-        CompletableFuture<ByteBuffer> f = client.readUncached(start, buf).thenApply(v -> buf.asReadOnlyBuffer());
-        loading.put(page, f);
-        f.whenComplete((b, e) -> {
-            synchronized (this) {
-                loading.remove(page, f);
-                if (e == null && epoch == startEpoch) pages.put(page, b);
+    /** Futures for pages {@code first..last}: cached, already loading, or fetched now in runs of missing pages. */
+    private synchronized List<CompletableFuture<ByteBuffer>> pages(long first, long last) {
+        List<CompletableFuture<ByteBuffer>> out = new ArrayList<>((int) (last - first + 1));
+        long page = first;
+        while (page <= last) {
+            ByteBuffer cached = pages.get(page);
+            if (cached != null) {
+                out.add(CompletableFuture.completedFuture(cached));
+                page++;
+                continue;
             }
-        });
-        return f;
+            CompletableFuture<ByteBuffer> pending = loading.get(page);
+            if (pending != null) {
+                out.add(pending);
+                page++;
+                continue;
+            }
+            long runEnd = page + 1;
+            while (runEnd <= last && runEnd - page < maxPages && !pages.containsKey(runEnd) && !loading.containsKey(runEnd)) {
+                runEnd++;
+            }
+            out.addAll(fetch(page, runEnd));
+            page = runEnd;
+        }
+        return out;
+    }
+
+    private List<CompletableFuture<ByteBuffer>> fetch(long firstPage, long endPage) {
+        long start = firstPage * pageSize;
+        int n = (int) Math.min((endPage - firstPage) * pageSize, client.size() - start);
+        ByteBuffer run = ByteBuffer.allocateDirect(n);
+        long startEpoch = epoch;
+        CompletableFuture<ByteBuffer> whole = client.readUncached(start, run).thenApply(v -> run.asReadOnlyBuffer());
+        List<CompletableFuture<ByteBuffer>> out = new ArrayList<>();
+        for (long page = firstPage; page < endPage; page++) {
+            int at = (int) ((page - firstPage) * pageSize);
+            int len = Math.min(pageSize, n - at);
+            long key = page;
+            CompletableFuture<ByteBuffer> f = whole.thenApply(b -> b.slice(at, len));
+            loading.put(key, f);
+            f.whenComplete((b, e) -> {
+                synchronized (this) {
+                    loading.remove(key, f);
+                    if (e == null && epoch == startEpoch) pages.put(key, b);
+                }
+            });
+            out.add(f);
+        }
+        return out;
     }
 
     synchronized void invalidate(long offset, long length) {

@@ -72,20 +72,40 @@ final class Connection implements Runnable {
     /** Stops reading new requests; requests already read are still served and answered. */
     void stopReading() {
         stopRequested = true;
+        if (!transmitting) {
+            abort();
+            return;
+        }
         try {
-            if (transmitting) channel.shutdownInput();
-            else channel.close();
+            channel.shutdownInput();
         } catch (IOException ignored) {
             // already closed
         }
     }
 
+    /**
+     * Ends the connection from any thread: shuts the socket down in both directions, which wakes every
+     * thread blocked on it. The descriptor itself is closed only by {@link #run} once the writer thread has
+     * finished, because the writer may be inside a native sendfile on it, and a closed descriptor number can
+     * be reused by another client's socket.
+     */
     void abort() {
         try {
-            channel.close();
+            channel.shutdownInput();
         } catch (IOException ignored) {
-            // already closed
+            // already shut down or closed
         }
+        try {
+            channel.shutdownOutput();
+        } catch (IOException ignored) {
+            // already shut down or closed
+        }
+    }
+
+    /** How long the writer has been blocked in one write, in nanoseconds; 0 when it is not writing. */
+    long writerStalledNanos(long now) {
+        ReplyWriter w = writer;
+        return w == null ? 0 : w.busyNanos(now);
     }
 
     @Override
@@ -115,7 +135,11 @@ final class Connection implements Runnable {
             end = "internal error: " + e;
             log.error("{}: internal error", peer, e);
         } finally {
-            abort();
+            try {
+                channel.close();
+            } catch (IOException ignored) {
+                // closing is best effort
+            }
             server.connectionClosed(this);
             if (session != null) log.info("{}: disconnected from '{}' ({}): {}", peer, session.export().name(), end, stats);
             else log.info("{}: {} during handshake", peer, end);
@@ -204,6 +228,10 @@ final class Connection implements Runnable {
             boolean drained = inFlight.tryAcquire(window, 60, TimeUnit.SECONDS);
             writer.finish();
             writerThread.join(TimeUnit.SECONDS.toMillis(10));
+            if (writerThread.isAlive()) {
+                abort(); // wakes a writer stuck on a client that does not read
+                writerThread.join();
+            }
             if (drained) inFlight.release(window);
         }
         return end;

@@ -55,7 +55,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
             String key = e < 0 ? opt : opt.substring(0, e);
             String value = e < 0 ? null : opt.substring(e + 1);
             switch (key) {
-                case "size" -> size = parseSize(require(where, key, value));
+                case "size" -> size = size(where, require(where, key, value));
                 case "readonly", "ro" -> readOnly = value == null || Boolean.parseBoolean(value);
                 case "mode" -> mode = switch (require(where, key, value)) {
                     case "cached" -> FileBackend.Mode.CACHED;
@@ -79,7 +79,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
             }
             case "memory" -> {
                 if (size >= 0) throw new IllegalArgumentException(where + "give a memory export's size as memory:SIZE");
-                size = parseSize(target.isEmpty() ? null : target);
+                size = size(where, target.isEmpty() ? null : target);
                 if (mode == FileBackend.Mode.DIRECT) throw new IllegalArgumentException(where + "mode=direct applies to files only");
             }
             default -> throw new IllegalArgumentException(where + "unknown backend '" + kind + "' (use file: or memory:)");
@@ -95,7 +95,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
     }
 
     private static int intSize(String where, String key, String value) {
-        long v = parseSize(value);
+        long v = size(where, value);
         if (v > Integer.MAX_VALUE) throw new IllegalArgumentException(where + key + "=" + value + " is too large");
         return (int) v;
     }
@@ -105,12 +105,22 @@ public record ExportSpec(String name, String kind, String target, long size, boo
         return value;
     }
 
+    /** {@link #parseSize}, with the export named in the message, so that a user with many exports knows which. */
+    private static long size(String where, String value) {
+        try {
+            return parseSize(value);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(where + e.getMessage());
+        }
+    }
+
     /** Parses sizes like {@code 4096}, {@code 64K}, {@code 1G}, {@code 2T} (binary multiples). */
     public static long parseSize(String s) {
         if (s == null || s.isEmpty()) throw new IllegalArgumentException("missing size");
         String t = s.trim().toUpperCase(Locale.ROOT);
         if (t.endsWith("IB")) t = t.substring(0, t.length() - 2);
         else if (t.endsWith("B") && t.length() > 1 && !Character.isDigit(t.charAt(t.length() - 2))) t = t.substring(0, t.length() - 1);
+        if (t.isEmpty()) throw new IllegalArgumentException("'" + s + "' is not a size (examples: 4096, 64M, 1G)");
         int shift = 0;
         char last = t.charAt(t.length() - 1);
         switch (last) {

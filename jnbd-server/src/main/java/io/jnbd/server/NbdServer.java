@@ -63,6 +63,8 @@ public final class NbdServer implements AutoCloseable {
         // Disk work only: replies leave through each connection's writer, so a stalled client cannot hold these.
         this.io = Executors.newFixedThreadPool(config.ioThreads(), Thread.ofPlatform().name("jnbd-io-", 0).daemon().factory());
         this.timers = Executors.newSingleThreadScheduledExecutor(Thread.ofPlatform().name("jnbd-timer").daemon().factory());
+        long check = Math.max(50, Math.min(1000, config.sendTimeout().toMillis() / 4));
+        timers.scheduleAtFixedRate(this::dropStalledConnections, check, check, TimeUnit.MILLISECONDS);
     }
 
     Exports exports() { return exports; }
@@ -173,6 +175,16 @@ public final class NbdServer implements AutoCloseable {
             // fall through to the numbered name
         }
         return "unix#" + id;
+    }
+
+    private void dropStalledConnections() {
+        long now = System.nanoTime(), limit = config.sendTimeout().toNanos();
+        for (Connection c : connections) {
+            if (c.writerStalledNanos(now) > limit) {
+                log.warn("{}: has not read its replies for {}s, closing", c.peer(), config.sendTimeout().toSeconds());
+                c.abort();
+            }
+        }
     }
 
     void connectionClosed(Connection c) {

@@ -56,6 +56,8 @@ final class ReplyWriter implements Runnable {
     private final Consumer<InFlight> onRequestCompleted;
     private final Runnable onFailure;
     private volatile boolean failed;
+    /** System.nanoTime() when the write in progress started, or 0: lets the server spot clients that stopped reading. */
+    private volatile long busySince;
     /** Serialises the socket between the writer thread and inline senders. */
     private final ReentrantLock socketLock = new ReentrantLock();
     /** Parts queued or being written by the writer thread; an inline send is only allowed when zero. */
@@ -109,6 +111,11 @@ final class ReplyWriter implements Runnable {
         }
     }
 
+    long busyNanos(long now) {
+        long since = busySince;
+        return since == 0 ? 0 : now - since;
+    }
+
     /** Asks the writer to stop once everything queued so far is written. */
     void finish() {
         queue.add(END);
@@ -160,6 +167,7 @@ final class ReplyWriter implements Runnable {
     private boolean write(List<Part> batch) throws IOException {
         List<ByteBuffer> gather = new ArrayList<>(batch.size() * 2);
         int sent = 0;
+        busySince = System.nanoTime();
         try {
             for (int i = 0; i < batch.size(); i++) {
                 Part p = batch.get(i);
@@ -190,6 +198,7 @@ final class ReplyWriter implements Runnable {
             sent = batch.size();
             return false;
         } finally {
+            busySince = 0;
             batch.subList(0, sent).clear();
         }
     }

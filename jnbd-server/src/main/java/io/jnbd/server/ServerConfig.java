@@ -11,29 +11,36 @@ import java.time.Duration;
  * @param bufferBudget      bytes of block-data buffers all connections together may hold
  * @param maxPayload        the largest read or write payload accepted (advertised in NBD_INFO_BLOCK_SIZE)
  * @param ioThreads         threads running backend calls (and so the most disk operations in progress at once)
+ * @param sendTimeout       a connection whose reply has not moved for this long is dropped, so that clients which
+ *                          stop reading cannot keep buffers from everyone else
  * @param writeDiscardLimit writes above maxPayload but below this are drained and refused; above it, the
  *                          connection is closed rather than read from for that long
  */
 public record ServerConfig(Duration handshakeTimeout, int maxConnections, int requestsInFlight,
-                           long bufferBudget, int maxPayload, long writeDiscardLimit, int ioThreads) {
+                           long bufferBudget, int maxPayload, long writeDiscardLimit, int ioThreads,
+                           Duration sendTimeout) {
 
     public static ServerConfig defaults() {
-        return new ServerConfig(Duration.ofSeconds(10), 1024, 64, 256L << 20, 1 << 25, 256L << 20, 32);
+        return new ServerConfig(Duration.ofSeconds(10), 1024, 64, 256L << 20, 1 << 25, 256L << 20, 32, Duration.ofSeconds(60));
     }
 
     public ServerConfig withHandshakeTimeout(Duration d) {
-        return new ServerConfig(d, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads);
+        return new ServerConfig(d, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, sendTimeout);
     }
 
     public ServerConfig withRequestsInFlight(int n) {
-        return new ServerConfig(handshakeTimeout, maxConnections, n, bufferBudget, maxPayload, writeDiscardLimit, ioThreads);
+        return new ServerConfig(handshakeTimeout, maxConnections, n, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, sendTimeout);
     }
 
     public ServerConfig withIoThreads(int n) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, n);
+        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, n, sendTimeout);
+    }
+
+    public ServerConfig withSendTimeout(Duration d) {
+        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, d);
     }
 
     public ServerConfig withBufferBudget(long bytes) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bytes, maxPayload, writeDiscardLimit, ioThreads);
+        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bytes, maxPayload, writeDiscardLimit, ioThreads, sendTimeout);
     }
 }

@@ -17,7 +17,7 @@ import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Set;
-import java.util.concurrent.locks.ReentrantLock;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
 
 /**
  * A regular file or block device. In {@code cached} mode reads and writes go through the page cache and
@@ -42,7 +42,13 @@ public final class FileBackend implements Backend {
     private final long size;
     private final int alignment;
     private final Set<Capability> caps;
-    private final ReentrantLock unalignedWriteLock = new ReentrantLock();
+    /**
+     * A read-modify-write rewrites the whole blocks around the bytes it was asked to write, so no other change
+     * to those blocks may land between its read and its write, or the write-back would undo it. Changes that
+     * need no read-modify-write share this lock; a read-modify-write holds it alone. Unused in cached mode,
+     * where nothing is read-modify-written.
+     */
+    private final ReentrantReadWriteLock blockLock = new ReentrantReadWriteLock();
     private final ByteBuffer zeroes;
 
     /**
@@ -177,7 +183,12 @@ public final class FileBackend implements Backend {
     @Override
     public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
         if (aligned(offset, src)) {
-            writeFully(offset, src);
+            lockShared();
+            try {
+                writeFully(offset, src);
+            } finally {
+                unlockShared();
+            }
         } else {
             writeUnaligned(offset, src);
         }
@@ -196,7 +207,12 @@ public final class FileBackend implements Backend {
             Backend.super.write(offset, srcs, fua);
             return;
         }
-        NativeIo.pwritevFully(writevFd, srcs, offset);
+        lockShared();
+        try {
+            NativeIo.pwritevFully(writevFd, srcs, offset);
+        } finally {
+            unlockShared();
+        }
         if (fua) channel.force(false);
     }
 
@@ -205,11 +221,19 @@ public final class FileBackend implements Backend {
         while (src.hasRemaining()) pos += channel.write(src, pos);
     }
 
-    /** Read-modify-write of the covering aligned blocks; serialised so two writes sharing a block keep both. */
+    private void lockShared() {
+        if (alignment > 1) blockLock.readLock().lock();
+    }
+
+    private void unlockShared() {
+        if (alignment > 1) blockLock.readLock().unlock();
+    }
+
+    /** Read-modify-write of the covering aligned blocks, alone: no other change may interleave (see blockLock). */
     private void writeUnaligned(long offset, ByteBuffer src) throws IOException {
         long start = offset - offset % alignment;
         long end = roundUp(offset + src.remaining());
-        unalignedWriteLock.lock();
+        blockLock.writeLock().lock();
         try (Arena arena = Arena.ofConfined()) {
             ByteBuffer bounce = arena.allocate(end - start, alignment).asByteBuffer();
             readFully(start, bounce.duplicate());
@@ -220,7 +244,7 @@ public final class FileBackend implements Backend {
             // The last block of a file whose size is not aligned was written whole; cut the excess.
             if (end > size && !blockDevice) channel.truncate(size);
         } finally {
-            unalignedWriteLock.unlock();
+            blockLock.writeLock().unlock();
         }
     }
 
@@ -232,11 +256,14 @@ public final class FileBackend implements Backend {
     @Override
     public void trim(long offset, long length, boolean fua) throws IOException {
         if (nativeFd >= 0) {
+            lockShared();
             try {
                 NativeIo.fallocate(nativeFd, NativeIo.FALLOC_FL_PUNCH_HOLE | NativeIo.FALLOC_FL_KEEP_SIZE, offset, length);
             } catch (NativeIo.ErrnoException e) {
                 if (e.errno() != NativeIo.EOPNOTSUPP) throw e;
                 // Trim is advisory: a filesystem that cannot punch holes keeps the data.
+            } finally {
+                unlockShared();
             }
         }
         if (fua) channel.force(false);
@@ -253,6 +280,16 @@ public final class FileBackend implements Backend {
 
     private boolean zeroNatively(long offset, long length, boolean mayTrim) throws IOException {
         if (nativeFd < 0) return false;
+        // Not held around the writeZeroes fallback: a read lock cannot be upgraded for its read-modify-writes.
+        lockShared();
+        try {
+            return fallocateZeroes(offset, length, mayTrim);
+        } finally {
+            unlockShared();
+        }
+    }
+
+    private boolean fallocateZeroes(long offset, long length, boolean mayTrim) throws IOException {
         int[] modes = mayTrim
             ? new int[] {NativeIo.FALLOC_FL_PUNCH_HOLE | NativeIo.FALLOC_FL_KEEP_SIZE, NativeIo.FALLOC_FL_ZERO_RANGE | NativeIo.FALLOC_FL_KEEP_SIZE}
             : new int[] {NativeIo.FALLOC_FL_ZERO_RANGE | NativeIo.FALLOC_FL_KEEP_SIZE};

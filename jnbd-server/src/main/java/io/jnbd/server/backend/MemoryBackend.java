@@ -87,7 +87,20 @@ public final class MemoryBackend implements Backend {
 
     @Override
     public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) {
-        discard(offset, length);
+        if (mayTrim) discard(offset, length);
+        else provisionZeroes(offset, length);
+    }
+
+    /** NO_HOLE: the range must stay allocated, so its pages are kept (or allocated) and filled with zeroes. */
+    private void provisionZeroes(long offset, long length) {
+        long end = offset + length;
+        long pos = offset;
+        while (pos < end) {
+            int inPage = (int) (pos % PAGE);
+            long n = Math.min(PAGE - inPage, end - pos);
+            page(pos / PAGE).asSlice(inPage, n).fill((byte) 0);
+            pos += n;
+        }
     }
 
     /** Drops whole pages in the range and zeroes the partial pages at its ends. */

@@ -1,0 +1,241 @@
+package io.jnbd.cli;
+
+import io.jnbd.client.ClientOptions;
+import io.jnbd.client.Extent;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+/** {@code jnbd copy SRC DST}: a sparse-aware, pipelined copy between NBD exports and local files. */
+@Command(name = "copy", mixinStandardHelpOptions = true,
+    description = {
+        "Copy a disk between NBD exports and local files, skipping what reads as zeroes.",
+        "",
+        "SRC and DST are each an NBD URI or a local file:",
+        "  nbd://host[:port]/export   nbd+unix:///export?socket=PATH",
+        "",
+        "The copy is sparse-aware. Ranges the source reports as zero (NBD block",
+        "status) are not read: an NBD destination gets WRITE_ZEROES for them, a",
+        "local file (created or truncated first) keeps them as holes. Data that",
+        "turns out to be all zeroes is treated the same way. Many requests stay in",
+        "flight: --requests per connection, --connections when the server allows",
+        "multi-conn. A progress bar is drawn only on a terminal.",
+        "",
+        "Exit status: 0 when every byte was copied; 1 on failure, with one line",
+        "naming what failed and how far the copy got.",
+        ""},
+    footer = {"", "Examples:",
+        "  # download an export into a sparse local file",
+        "  jnbd copy nbd://server/disk disk.img",
+        "  # upload a local file to an export",
+        "  jnbd copy disk.img nbd://server/disk",
+        "  # between two servers, 4 connections each (if they allow multi-conn)",
+        "  jnbd copy --connections 4 nbd://a/x nbd://b/y",
+        "  jnbd copy 'nbd+unix:///?socket=/run/nbd.sock' out.raw"})
+public final class CopyCommand implements java.util.concurrent.Callable<Integer> {
+
+    @Parameters(index = "0", paramLabel = "SRC", description = "source: NBD URI or local file")
+    String source;
+
+    @Parameters(index = "1", paramLabel = "DST", description = "destination: NBD URI or local file (created or truncated)")
+    String destination;
+
+    @Option(names = "--connections", paramLabel = "N", defaultValue = "4",
+        description = "connections per NBD export, used when the server offers multi-conn (default: ${DEFAULT-VALUE})")
+    int connections;
+
+    @Option(names = "--requests", paramLabel = "N", defaultValue = "16",
+        description = "requests in flight per connection (default: ${DEFAULT-VALUE})")
+    int requests;
+
+    @Option(names = "--request-size", paramLabel = "BYTES", defaultValue = "2097152",
+        description = "bytes per read/write request (default: ${DEFAULT-VALUE})")
+    int requestSize;
+
+    @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "60",
+        description = "fail a request that gets no reply within this time (default: ${DEFAULT-VALUE})")
+    int timeoutSeconds;
+
+    @Option(names = "--progress", negatable = true, description = "draw a progress bar (default: only on a terminal)")
+    Boolean progress;
+
+    @picocli.CommandLine.Spec
+    picocli.CommandLine.Model.CommandSpec spec;
+
+    private final AtomicLong copied = new AtomicLong();
+    private final AtomicReference<Throwable> failure = new AtomicReference<>();
+    private final AtomicLong failedAt = new AtomicLong(-1);
+
+    @Override
+    public Integer call() throws Exception {
+        if (connections < 1 || requests < 1 || requestSize < 4096) {
+            throw new picocli.CommandLine.ParameterException(spec.commandLine(),
+                "--connections and --requests must be at least 1, --request-size at least 4096");
+        }
+        ClientOptions options = ClientOptions.defaults().withConnections(connections).withRequestsInFlight(requests)
+            .withRequestTimeout(Duration.ofSeconds(timeoutSeconds));
+        long start = System.nanoTime();
+        try (Disk src = Disk.open(source, options); Disk dst = Disk.create(destination, src.size(), options)) {
+            long size = src.size();
+            Progress bar = Progress.start(progress != null ? progress : Sizes.onTerminal(), size, copied);
+            try {
+                copy(src, dst, size);
+                if (failure.get() == null) dst.flush();
+            } finally {
+                bar.stop();
+            }
+            Throwable f = failure.get();
+            if (f != null) {
+                spec.commandLine().getErr().println("jnbd copy: failed at offset " + failedAt.get() + ": "
+                    + message(f) + "; copied " + copied.get() + " of " + size + " bytes (" + Sizes.percent(copied.get(), size)
+                    + ") from " + src.name() + " to " + dst.name());
+                return 1;
+            }
+            if (bar.enabled()) {
+                double secs = (System.nanoTime() - start) / 1e9;
+                spec.commandLine().getErr().printf("copied %s in %.1f s%n", Sizes.human(size), secs);
+            }
+            return 0;
+        }
+    }
+
+    private void copy(Disk src, Disk dst, long size) throws Exception {
+        int align = Math.max(src.blockSize(), dst.blockSize());
+        int chunk = Math.max(align, requestSize / align * align);
+        int window = Math.max(1, requests * connections);
+        Semaphore slots = new Semaphore(window);
+        BlockingQueue<ByteBuffer> buffers = new ArrayBlockingQueue<>(window);
+        for (int i = 0; i < window; i++) buffers.add(ByteBuffer.allocateDirect(chunk));
+
+        long offset = 0;
+        while (offset < size && failure.get() == null) {
+            // Ask for status a stretch ahead; the source may answer for less, and we continue where it stopped.
+            java.util.List<Extent> extents = src.extents(offset, Math.min(size - offset, 1L << 30));
+            if (extents.isEmpty() || extents.getFirst().offset() != offset) {
+                throw new java.io.IOException("block status of " + src.name() + " did not describe offset " + offset);
+            }
+            for (Extent e : extents) {
+                if (failure.get() != null) break;
+                if (e.zero()) {
+                    submit(slots, e.offset(), e.length(), () -> dst.zero(e.offset(), e.length()));
+                } else {
+                    for (long at = e.offset(); at < e.end() && failure.get() == null; ) {
+                        long pos = at;
+                        int n = (int) Math.min(chunk, e.end() - at);
+                        slots.acquire();
+                        ByteBuffer buf = buffers.take().clear().limit(n);
+                        CompletableFuture<Void> f;
+                        try {
+                            f = src.read(pos, buf).thenCompose(v -> allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf));
+                        } catch (RuntimeException ex) {
+                            f = CompletableFuture.failedFuture(ex);
+                        }
+                        f.whenComplete((v, ex) -> {
+                            done(pos, n, ex);
+                            buffers.add(buf);
+                            slots.release();
+                        });
+                        at += n;
+                    }
+                }
+                offset = e.end();
+            }
+        }
+        // Wait for every request in flight; each is bounded by the request timeout.
+        slots.acquire(window);
+    }
+
+    private interface Op {
+        CompletableFuture<Void> run();
+    }
+
+    private void submit(Semaphore slots, long offset, long length, Op op) throws InterruptedException {
+        slots.acquire();
+        CompletableFuture<Void> f;
+        try {
+            f = op.run();
+        } catch (RuntimeException e) {
+            f = CompletableFuture.failedFuture(e);
+        }
+        f.whenComplete((v, ex) -> {
+            done(offset, length, ex);
+            slots.release();
+        });
+    }
+
+    private void done(long offset, long length, Throwable error) {
+        if (error == null) {
+            copied.addAndGet(length);
+        } else if (failure.compareAndSet(null, unwrap(error))) {
+            failedAt.set(offset);
+        }
+    }
+
+    private static boolean allZero(ByteBuffer buf) {
+        MemorySegment s = MemorySegment.ofBuffer(buf);
+        return s.mismatch(ZEROES.asSlice(0, s.byteSize())) == -1;
+    }
+
+    private static final MemorySegment ZEROES = MemorySegment.ofArray(new byte[64 << 20]);
+
+    static Throwable unwrap(Throwable e) {
+        while ((e instanceof java.util.concurrent.CompletionException || e instanceof java.util.concurrent.ExecutionException)
+               && e.getCause() != null) {
+            e = e.getCause();
+        }
+        return e;
+    }
+
+    static String message(Throwable e) {
+        return e.getMessage() != null ? e.getMessage() : e.toString();
+    }
+
+    /** A one-line progress bar on stderr, redrawn a few times a second; nothing at all when disabled. */
+    record Progress(boolean enabled, Thread thread) {
+        static Progress start(boolean enabled, long total, AtomicLong done) {
+            if (!enabled) return new Progress(false, null);
+            long t0 = System.nanoTime();
+            Thread t = Thread.ofPlatform().daemon().name("jnbd-progress").start(() -> {
+                try {
+                    while (!Thread.currentThread().isInterrupted()) {
+                        draw(total, done.get(), t0);
+                        TimeUnit.MILLISECONDS.sleep(250);
+                    }
+                } catch (InterruptedException ignored) {
+                    // Stopped.
+                }
+                draw(total, done.get(), t0);
+                System.err.println();
+            });
+            return new Progress(true, t);
+        }
+
+        private static void draw(long total, long done, long t0) {
+            int width = 40;
+            int filled = total == 0 ? width : (int) (width * done / total);
+            double secs = Math.max(1e-3, (System.nanoTime() - t0) / 1e9);
+            System.err.print("\r[" + "#".repeat(filled) + " ".repeat(width - filled) + "] "
+                + Sizes.percent(done, total) + "  " + Sizes.human(done) + " / " + Sizes.human(total)
+                + "  " + Sizes.human((long) (done / secs)) + "/s   ");
+            System.err.flush();
+        }
+
+        void stop() throws InterruptedException {
+            if (thread == null) return;
+            thread.interrupt();
+            thread.join(1000);
+        }
+    }
+}

@@ -1,0 +1,167 @@
+package io.jnbd.cli;
+
+import io.jnbd.client.ClientOptions;
+import io.jnbd.client.Extent;
+import io.jnbd.client.NbdClient;
+import io.jnbd.client.NbdUri;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+
+/** What copy and cmp see of an operand: an NBD export or a local file, behind one small asynchronous face. */
+sealed interface Disk extends AutoCloseable {
+
+    String name();
+
+    long size();
+
+    /** Offsets and lengths of requests must be multiples of this. */
+    int blockSize();
+
+    CompletableFuture<Void> read(long offset, ByteBuffer dst);
+
+    CompletableFuture<Void> write(long offset, ByteBuffer src);
+
+    /** Makes the range read as zeroes, as cheaply as the target allows. */
+    CompletableFuture<Void> zero(long offset, long length);
+
+    /** Allocation of the range; a disk that cannot tell reports one data extent. */
+    List<Extent> extents(long offset, long length) throws IOException;
+
+    void flush() throws IOException;
+
+    @Override
+    void close() throws IOException;
+
+    /** Opens {@code spec}: a URI if it looks like one, else a local file. */
+    static Disk open(String spec, ClientOptions options) throws IOException {
+        if (NbdUri.looksLikeUri(spec)) return new Remote(NbdClient.connect(NbdUri.parse(spec), options));
+        Path path = Path.of(spec);
+        if (!Files.exists(path)) throw new NoSuchFileException(spec, null, "no such file (and not an nbd:// URI)");
+        return new Local(path, FileChannel.open(path, StandardOpenOption.READ), false);
+    }
+
+    /**
+     * Opens {@code spec} as a copy destination of {@code size} bytes. A local file is created or truncated and
+     * then extended, so that it starts as one hole and zero ranges need no writing at all.
+     */
+    static Disk create(String spec, long size, ClientOptions options) throws IOException {
+        if (NbdUri.looksLikeUri(spec)) {
+            Remote r = new Remote(NbdClient.connect(NbdUri.parse(spec), options));
+            if (r.client.info().readOnly()) {
+                r.close();
+                throw new IOException("destination " + spec + " is read-only");
+            }
+            if (r.size() < size) {
+                r.close();
+                throw new IOException("destination " + spec + " has " + r.size() + " bytes, the source " + size);
+            }
+            return r;
+        }
+        Path path = Path.of(spec);
+        if (Files.exists(path) && !Files.isRegularFile(path)) {
+            // A block or character device (/dev/sdX, /dev/null): written in place, its holes written as zeroes.
+            return new Local(path, FileChannel.open(path, StandardOpenOption.WRITE), false);
+        }
+        var raf = new java.io.RandomAccessFile(path.toFile(), "rw");
+        try {
+            raf.setLength(0);
+            raf.setLength(size);
+        } catch (IOException e) {
+            raf.close();
+            throw e;
+        }
+        return new Local(path, raf.getChannel(), true);
+    }
+
+    record Remote(NbdClient client) implements Disk {
+        public String name() { return client.uri().toString(); }
+        public long size() { return client.size(); }
+        public int blockSize() { return client.info().minimumBlockSize(); }
+        public CompletableFuture<Void> read(long offset, ByteBuffer dst) { return client.read(offset, dst); }
+        public CompletableFuture<Void> write(long offset, ByteBuffer src) { return client.write(offset, src, false); }
+        public CompletableFuture<Void> zero(long offset, long length) {
+            return client.writeZeroes(offset, length, false, false, false);
+        }
+        public List<Extent> extents(long offset, long length) throws IOException {
+            // One request at a time: the caller walks the disk and asks again where the answer stopped.
+            return client.blocking().blockStatus(offset, length);
+        }
+        public void flush() throws IOException { client.blocking().flush(); }
+        public void close() { client.close(); }
+    }
+
+    /** A local file. Its I/O is synchronous positional reads and writes; the futures are complete on return. */
+    record Local(Path path, FileChannel channel, boolean fresh) implements Disk {
+        public String name() { return path.toString(); }
+
+        public long size() {
+            try {
+                return channel.size();
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+
+        public int blockSize() { return 1; }
+
+        public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
+            try {
+                ByteBuffer b = dst.duplicate();
+                while (b.hasRemaining()) {
+                    if (channel.read(b, offset + b.position() - dst.position()) < 0) {
+                        throw new IOException(path + " ended at " + (offset + b.position() - dst.position()));
+                    }
+                }
+                return CompletableFuture.completedFuture(null);
+            } catch (IOException e) {
+                return CompletableFuture.failedFuture(e);
+            }
+        }
+
+        public CompletableFuture<Void> write(long offset, ByteBuffer src) {
+            try {
+                ByteBuffer b = src.duplicate();
+                while (b.hasRemaining()) channel.write(b, offset + b.position() - src.position());
+                return CompletableFuture.completedFuture(null);
+            } catch (IOException e) {
+                return CompletableFuture.failedFuture(e);
+            }
+        }
+
+        public CompletableFuture<Void> zero(long offset, long length) {
+            // A fresh file is all hole: leaving the range alone keeps it sparse.
+            if (fresh) return CompletableFuture.completedFuture(null);
+            ByteBuffer z = ByteBuffer.allocate((int) Math.min(length, 1 << 20));
+            for (long done = 0; done < length; ) {
+                int n = (int) Math.min(z.capacity(), length - done);
+                var f = write(offset + done, z.slice(0, n));
+                if (f.isCompletedExceptionally()) return f;
+                done += n;
+            }
+            return CompletableFuture.completedFuture(null);
+        }
+
+        public List<Extent> extents(long offset, long length) {
+            return List.of(new Extent(offset, length, 0));
+        }
+
+        public void flush() throws IOException {
+            try {
+                channel.force(false);
+            } catch (IOException e) {
+                // Character devices such as /dev/null cannot be synced (EINVAL); there is nothing to make durable.
+                if (Files.isRegularFile(path)) throw e;
+            }
+        }
+
+        public void close() throws IOException { channel.close(); }
+    }
+}

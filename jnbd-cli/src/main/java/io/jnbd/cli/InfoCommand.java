@@ -1,0 +1,98 @@
+package io.jnbd.cli;
+
+import io.jnbd.client.ClientOptions;
+import io.jnbd.client.ExportInfo;
+import io.jnbd.client.ExportListing;
+import io.jnbd.client.NbdClient;
+import io.jnbd.client.NbdUri;
+
+import java.io.PrintWriter;
+import java.util.List;
+import java.util.concurrent.Callable;
+
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+/** {@code jnbd info URI}: what a server says about an export, or which exports it has. */
+@Command(name = "info", mixinStandardHelpOptions = true,
+    description = {
+        "Show an NBD export's size, flags and block sizes, or list a server's exports.",
+        "",
+        "URI is nbd://host[:port]/export or nbd+unix:///export?socket=PATH; an",
+        "empty export selects the server's default export.",
+        "",
+        "With --json the output is one JSON object with at least the keys export,",
+        "size (bytes), flags (names of the set transmission flags) and block_size",
+        "(minimum, preferred, maximum).",
+        ""},
+    footer = {"", "Examples:",
+        "  jnbd info nbd://localhost/disk",
+        "  jnbd info --json nbd://localhost:10809/disk | jq .size",
+        "  jnbd info --list nbd://localhost",
+        "  jnbd info 'nbd+unix:///?socket=/tmp/nbd.sock'"})
+public final class InfoCommand implements Callable<Integer> {
+
+    @Parameters(paramLabel = "URI", description = "the export (or with --list the server) to ask")
+    String uri;
+
+    @Option(names = "--list", description = "list the server's exports (NBD_OPT_LIST) instead")
+    boolean list;
+
+    @Option(names = "--json", description = "print JSON instead of text")
+    boolean json;
+
+    @picocli.CommandLine.Spec
+    picocli.CommandLine.Model.CommandSpec spec;
+
+    @Override
+    public Integer call() throws Exception {
+        NbdUri target = NbdUri.parse(uri);
+        PrintWriter out = spec.commandLine().getOut();
+        if (list) {
+            List<ExportListing> exports = NbdClient.list(target, ClientOptions.defaults());
+            if (json) {
+                StringBuilder sb = new StringBuilder("{\"exports\": [");
+                for (int i = 0; i < exports.size(); i++) {
+                    var e = exports.get(i);
+                    sb.append(i == 0 ? "" : ", ").append("{\"name\": ").append(Json.string(e.name()))
+                        .append(", \"description\": ").append(Json.string(e.description())).append('}');
+                }
+                out.println(sb.append("]}"));
+            } else {
+                for (var e : exports) {
+                    String name = e.name().isEmpty() ? "(default)" : e.name();
+                    out.println(e.description().isEmpty() ? name : name + "\t" + e.description());
+                }
+            }
+            out.flush();
+            return 0;
+        }
+        try (NbdClient client = NbdClient.connect(target, ClientOptions.defaults())) {
+            ExportInfo i = client.info();
+            if (json) {
+                out.println("{\"uri\": " + Json.string(uri)
+                    + ", \"export\": " + Json.string(i.name())
+                    + ", \"description\": " + Json.string(i.description())
+                    + ", \"size\": " + i.size()
+                    + ", \"flags\": " + Json.strings(i.flagNames())
+                    + ", \"transmission_flags\": " + i.transmissionFlags()
+                    + ", \"block_size\": {\"minimum\": " + i.minimumBlockSize() + ", \"preferred\": "
+                    + i.preferredBlockSize() + ", \"maximum\": " + i.maximumPayload() + "}"
+                    + ", \"structured_replies\": " + i.structuredReplies()
+                    + ", \"base_allocation\": " + i.baseAllocation() + "}");
+            } else {
+                out.println("export:       " + (i.name().isEmpty() ? "(default)" : i.name()));
+                if (!i.description().isEmpty()) out.println("description:  " + i.description());
+                out.println("size:         " + i.size() + " (" + Sizes.human(i.size()) + ")");
+                out.println("flags:        " + String.join(" ", i.flagNames()));
+                out.println("block size:   minimum " + i.minimumBlockSize() + ", preferred " + i.preferredBlockSize()
+                    + ", maximum payload " + i.maximumPayload());
+                out.println("structured replies: " + (i.structuredReplies() ? "yes" : "no")
+                    + ", base:allocation: " + (i.baseAllocation() ? "yes" : "no"));
+            }
+            out.flush();
+            return 0;
+        }
+    }
+}

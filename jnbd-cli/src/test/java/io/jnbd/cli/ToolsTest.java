@@ -1,0 +1,92 @@
+package io.jnbd.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.RandomAccessFile;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Random;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/** The tools without any peer: help texts, bad input, and file-to-file copy and cmp. */
+class ToolsTest {
+
+    @Test
+    void everyToolHasHelpWithExamples() {
+        for (String tool : new String[]{"info", "copy", "cmp"}) {
+            Run r = Run.jnbd(tool, "--help");
+            assertThat(r.exit()).as(tool).isZero();
+            assertThat(r.out()).as(tool).contains("Usage: jnbd " + tool, "Examples:", "jnbd " + tool + " ");
+        }
+    }
+
+    @Test
+    void badUriIsOneLineAndNonZero() {
+        for (String[] args : new String[][]{{"info", "http://example.org/x"}, {"info", "nbd+unix:///x"},
+            {"copy", "nbds://h/x", "/tmp/never"}, {"info", "nbd://127.0.0.1:1/x"}}) {
+            Run r = Run.jnbd(args);
+            assertThat(r.exit()).as(r.toString()).isNotZero();
+            assertThat(r.err().strip().lines().count()).as(r.toString()).isEqualTo(1);
+            assertThat(r.err()).startsWith("jnbd: ");
+        }
+        Run cmp = Run.jnbd("cmp", "ftp://x/y", "nbd://127.0.0.1:1/");
+        assertThat(cmp.exit()).isEqualTo(2);
+        assertThat(cmp.err().strip().lines().count()).isEqualTo(1);
+    }
+
+    @Test
+    void missingFileIsOneLine(@TempDir Path dir) {
+        Run r = Run.jnbd("copy", dir.resolve("nope").toString(), dir.resolve("out").toString());
+        assertThat(r.exit()).isNotZero();
+        assertThat(r.err()).contains("nope").contains("no such file");
+        assertThat(r.err().strip().lines().count()).isEqualTo(1);
+    }
+
+    @Test
+    void fileToFileCopyIsIdenticalAndSparseAndCmpSeesDifferences(@TempDir Path dir) throws Exception {
+        Path src = dir.resolve("src.img");
+        Path dst = dir.resolve("dst.img");
+        byte[] block = new byte[1 << 20];
+        new Random(1).nextBytes(block);
+        try (RandomAccessFile f = new RandomAccessFile(src.toFile(), "rw")) {
+            f.setLength(64L << 20);
+            f.seek(3L << 20);
+            f.write(block);
+            f.seek(40L << 20);
+            f.write(block, 0, 12345);
+        }
+        Files.writeString(dst, "old content that must go");
+        Run copy = Run.jnbd("copy", src.toString(), dst.toString());
+        assertThat(copy.exit()).as(copy.toString()).isZero();
+        assertThat(Files.mismatch(src, dst)).isEqualTo(-1);
+        // Zero chunks were skipped: the copy is as sparse as the data allows.
+        long allocated = allocatedBytes(dst);
+        assertThat(allocated).isLessThan(8L << 20);
+
+        assertThat(Run.jnbd("cmp", src.toString(), dst.toString()).exit()).isZero();
+        try (RandomAccessFile f = new RandomAccessFile(dst.toFile(), "rw")) {
+            f.seek((40L << 20) + 7);
+            f.write(~block[7]);
+        }
+        Run differ = Run.jnbd("cmp", src.toString(), dst.toString());
+        assertThat(differ.exit()).isEqualTo(1);
+        assertThat(differ.out()).contains("differ", "offset " + ((40L << 20) + 7));
+
+        try (RandomAccessFile f = new RandomAccessFile(dst.toFile(), "rw")) {
+            f.setLength(1 << 20);
+        }
+        Run sizes = Run.jnbd("cmp", src.toString(), dst.toString());
+        assertThat(sizes.exit()).isEqualTo(1);
+        assertThat(sizes.out()).contains("sizes differ");
+    }
+
+    /** Bytes the file really occupies; the JDK has no API for it, stat(1) has. */
+    static long allocatedBytes(Path file) throws Exception {
+        Process p = new ProcessBuilder("stat", "-c", "%b %B", file.toString()).start();
+        String[] f = new String(p.getInputStream().readAllBytes()).trim().split(" ");
+        p.waitFor();
+        return Long.parseLong(f[0]) * Long.parseLong(f[1]);
+    }
+}

@@ -1,0 +1,307 @@
+package io.jnbd.client;
+
+import io.jnbd.protocol.BlockStatusDescriptor;
+import io.jnbd.protocol.Chunks;
+import io.jnbd.protocol.Info;
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.OptionHeader;
+import io.jnbd.protocol.OptionReplyHeader;
+import io.jnbd.protocol.Request;
+import io.jnbd.protocol.SimpleReply;
+import io.jnbd.protocol.Strings;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * A deliberately small and scriptable NBD server for client tests: it answers reads with structured reply
+ * chunks in reverse offset order, turning all-zero stretches into OFFSET_HOLE chunks, and can misbehave on
+ * purpose (see {@link Mode}) to show that the client notices. Single-threaded, one client at a time.
+ */
+final class FakeNbdServer implements AutoCloseable {
+
+    enum Mode {
+        /** Correct replies, chunks in reverse order. */
+        REVERSE,
+        /** The reply to a read carries a cookie the client never sent. */
+        UNKNOWN_COOKIE,
+        /** An OFFSET_DATA chunk that starts before the request. */
+        CHUNK_OUTSIDE,
+        /** Two chunks covering the same bytes. */
+        OVERLAP,
+        /** DONE before the whole range was covered. */
+        SHORT,
+        /** The connection is dropped as soon as a read arrives. */
+        DROP,
+        /** Reads are answered with an EIO error chunk. */
+        ERROR,
+        /** A reply starts with a bad magic. */
+        BAD_MAGIC,
+        /** Reads are never answered. */
+        SILENT,
+        /** Correct replies cut at random points, sent in random order (see {@link #seed}). */
+        SHUFFLED,
+        /** After the handshake, requests are never even read. */
+        STALL,
+        /** An old server: GO is unsupported, only EXPORT_NAME works; no structured replies. */
+        NO_GO
+    }
+
+    static final int CHUNK = 4096;
+
+    private final ServerSocketChannel listener;
+    private final byte[] disk;
+    private final Thread thread;
+    private volatile Mode mode;
+    /** Seeds the cuts and order of SHUFFLED replies. */
+    volatile long seed;
+    private volatile SocketChannel current;
+    /** READ requests received, for tests of the client's cache. */
+    final java.util.concurrent.atomic.AtomicInteger reads = new java.util.concurrent.atomic.AtomicInteger();
+
+    FakeNbdServer(byte[] disk, Mode mode) throws IOException {
+        this.disk = disk;
+        this.mode = mode;
+        this.listener = ServerSocketChannel.open().bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        this.thread = Thread.ofPlatform().daemon().name("fake-nbd").start(this::acceptLoop);
+    }
+
+    URI uri() {
+        return URI.create("nbd://127.0.0.1:" + ((InetSocketAddress) listenerAddress()).getPort() + "/fake");
+    }
+
+    private java.net.SocketAddress listenerAddress() {
+        try {
+            return listener.getLocalAddress();
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    void mode(Mode mode) {
+        this.mode = mode;
+    }
+
+    /** A deterministic pattern with zeroed stretches, so that both data and hole chunks occur. */
+    static byte[] content(int size) {
+        byte[] b = new byte[size];
+        for (int i = 0; i < size; i++) b[i] = (byte) (i * 31 + 7 + (i >>> 8));
+        for (int i = 0; i < size; i += 3 * CHUNK) java.util.Arrays.fill(b, i, Math.min(size, i + CHUNK), (byte) 0);
+        return b;
+    }
+
+    private void acceptLoop() {
+        while (listener.isOpen()) {
+            try (SocketChannel ch = listener.accept()) {
+                ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
+                current = ch;
+                serve(ch);
+            } catch (IOException e) {
+                // Client went away or the test closed us; wait for the next one.
+            }
+        }
+    }
+
+    private void serve(SocketChannel ch) throws IOException {
+        write(ch, ByteBuffer.allocate(18).putLong(Nbd.NBDMAGIC).putLong(Nbd.IHAVEOPT)
+            .putShort((short) (Nbd.FLAG_FIXED_NEWSTYLE | Nbd.FLAG_NO_ZEROES)).flip());
+        read(ch, 4);
+        while (true) {
+            ByteBuffer h = read(ch, Nbd.OPTION_HEADER_SIZE);
+            OptionHeader oh;
+            try {
+                oh = OptionHeader.decode(h);
+            } catch (io.jnbd.protocol.ProtocolException e) {
+                return;
+            }
+            read(ch, (int) oh.length());
+            if (mode == Mode.NO_GO && oh.option() != Nbd.OPT_EXPORT_NAME) {
+                optionReply(ch, oh.option(), Nbd.REP_ERR_UNSUP, ByteBuffer.allocate(0));
+                continue;
+            }
+            switch (oh.option()) {
+                case Nbd.OPT_EXPORT_NAME -> {
+                    write(ch, ByteBuffer.allocate(10).putLong(disk.length).putShort((short) Nbd.FLAG_HAS_FLAGS).flip());
+                    transmission(ch);
+                    return;
+                }
+                case Nbd.OPT_STRUCTURED_REPLY -> optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
+                case Nbd.OPT_SET_META_CONTEXT -> {
+                    byte[] name = Strings.utf8(Nbd.CONTEXT_BASE_ALLOCATION);
+                    optionReply(ch, oh.option(), Nbd.REP_META_CONTEXT, ByteBuffer.allocate(4 + name.length).putInt(7).put(name).flip());
+                    optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
+                }
+                case Nbd.OPT_GO -> {
+                    Info info = new Info.Export(disk.length, Nbd.FLAG_HAS_FLAGS | Nbd.FLAG_SEND_FLUSH);
+                    ByteBuffer b = ByteBuffer.allocate(info.encodedLength());
+                    info.encode(b);
+                    optionReply(ch, oh.option(), Nbd.REP_INFO, b.flip());
+                    Info bs = new Info.BlockSize(1, 4096, 1 << 20);
+                    b = ByteBuffer.allocate(bs.encodedLength());
+                    bs.encode(b);
+                    optionReply(ch, oh.option(), Nbd.REP_INFO, b.flip());
+                    optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
+                    transmission(ch);
+                    return;
+                }
+                default -> optionReply(ch, oh.option(), Nbd.REP_ERR_UNSUP, ByteBuffer.allocate(0));
+            }
+        }
+    }
+
+    private void transmission(SocketChannel ch) throws IOException {
+        if (mode == Mode.STALL) {
+            try {
+                while (ch.isOpen() && listener.isOpen()) Thread.sleep(20);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return;
+        }
+        while (true) {
+            Request r;
+            try {
+                r = Request.decode(read(ch, Nbd.REQUEST_SIZE));
+            } catch (io.jnbd.protocol.ProtocolException e) {
+                return;
+            }
+            switch (r.type()) {
+                case Nbd.CMD_DISC -> { return; }
+                case Nbd.CMD_READ -> {
+                    reads.incrementAndGet();
+                    if (mode == Mode.NO_GO) {
+                        simple(ch, 0, r.cookie());
+                        write(ch, ByteBuffer.wrap(disk, (int) r.offset(), (int) r.length()));
+                    } else if (!answerRead(ch, r)) {
+                        return;
+                    }
+                }
+                case Nbd.CMD_WRITE -> {
+                    ByteBuffer data = read(ch, (int) r.length());
+                    data.get(disk, (int) r.offset(), (int) r.length());
+                    simple(ch, 0, r.cookie());
+                }
+                case Nbd.CMD_BLOCK_STATUS -> {
+                    List<BlockStatusDescriptor> list = new ArrayList<>();
+                    for (long at = r.offset(); at < r.offset() + r.length(); at += CHUNK) {
+                        boolean zero = allZero((int) at, (int) Math.min(CHUNK, disk.length - at));
+                        list.add(new BlockStatusDescriptor(Math.min(CHUNK, disk.length - at), zero ? Nbd.STATE_ZERO | Nbd.STATE_HOLE : 0));
+                    }
+                    ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(list.size()));
+                    Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), 7, list);
+                    write(ch, b.flip());
+                }
+                default -> simple(ch, 0, r.cookie());
+            }
+        }
+    }
+
+    /** Returns false when the connection should end. */
+    private boolean answerRead(SocketChannel ch, Request r) throws IOException {
+        Mode m = mode;
+        long cookie = m == Mode.UNKNOWN_COOKIE ? r.cookie() + 1000 : r.cookie();
+        switch (m) {
+            case DROP -> { return false; }
+            case SILENT -> { return true; }
+            case BAD_MAGIC -> {
+                write(ch, ByteBuffer.allocate(20).putInt(0, 0xdeadbeef));
+                return true;
+            }
+            case ERROR -> {
+                ByteBuffer b = ByteBuffer.allocate(Chunks.errorSize("injected"));
+                Chunks.error(b, Nbd.REPLY_FLAG_DONE, cookie, Nbd.EIO, "injected");
+                write(ch, b.flip());
+                return true;
+            }
+            case CHUNK_OUTSIDE -> {
+                sendData(ch, cookie, r.offset() - 1, (int) r.length(), Nbd.REPLY_FLAG_DONE);
+                return true;
+            }
+            default -> { }
+        }
+        List<long[]> chunks = new ArrayList<>();
+        java.util.Random random = new java.util.Random(seed ^ r.offset());
+        for (long at = r.offset(); at < r.offset() + r.length(); ) {
+            long next = m == Mode.SHUFFLED
+                ? Math.min(at + 1 + random.nextInt(3 * CHUNK), r.offset() + r.length())
+                : Math.min((at / CHUNK + 1) * CHUNK, r.offset() + r.length());
+            chunks.add(new long[]{at, next - at});
+            at = next;
+        }
+        if (m == Mode.SHUFFLED) java.util.Collections.shuffle(chunks, random);
+        if (m == Mode.OVERLAP && chunks.size() > 1) chunks.set(0, new long[]{chunks.get(1)[0], chunks.get(1)[1]});
+        if (m == Mode.SHORT) chunks.removeLast();
+        for (int i = chunks.size() - 1; i >= 0; i--) {
+            long at = chunks.get(i)[0];
+            int n = (int) chunks.get(i)[1];
+            if (allZero((int) at, n)) {
+                ByteBuffer b = ByteBuffer.allocate(Chunks.OFFSET_HOLE_SIZE);
+                Chunks.offsetHole(b, 0, cookie, at, n);
+                write(ch, b.flip());
+            } else {
+                sendData(ch, cookie, at, n, 0);
+            }
+        }
+        ByteBuffer done = ByteBuffer.allocate(Nbd.STRUCTURED_REPLY_SIZE);
+        Chunks.none(done, cookie);
+        write(ch, done.flip());
+        return true;
+    }
+
+    private void sendData(SocketChannel ch, long cookie, long offset, int n, int flags) throws IOException {
+        ByteBuffer b = ByteBuffer.allocate(Chunks.OFFSET_DATA_PREFIX + n);
+        Chunks.offsetDataPrefix(b, flags, cookie, offset, n);
+        int from = (int) Math.max(0, offset);
+        b.put(disk, from, Math.min(n, disk.length - from));
+        b.position(b.limit());
+        write(ch, b.flip());
+    }
+
+    private boolean allZero(int from, int n) {
+        for (int i = from; i < from + n; i++) if (disk[i] != 0) return false;
+        return true;
+    }
+
+    private static void simple(SocketChannel ch, int error, long cookie) throws IOException {
+        ByteBuffer b = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+        SimpleReply.encode(b, error, cookie);
+        write(ch, b.flip());
+    }
+
+    private static void optionReply(SocketChannel ch, int option, int type, ByteBuffer data) throws IOException {
+        ByteBuffer h = ByteBuffer.allocate(Nbd.OPTION_REPLY_HEADER_SIZE);
+        OptionReplyHeader.encode(h, option, type, data.remaining());
+        write(ch, h.flip());
+        write(ch, data);
+    }
+
+    private static ByteBuffer read(SocketChannel ch, int n) throws IOException {
+        ByteBuffer b = ByteBuffer.allocate(n);
+        while (b.hasRemaining()) if (ch.read(b) < 0) throw new EOFException();
+        return b.flip();
+    }
+
+    private static void write(SocketChannel ch, ByteBuffer b) throws IOException {
+        while (b.hasRemaining()) ch.write(b);
+    }
+
+    @Override
+    public void close() throws IOException {
+        listener.close();
+        SocketChannel c = current;
+        if (c != null) c.close();
+        try {
+            thread.join(2000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

@@ -1,0 +1,86 @@
+package io.jnbd.server;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The {@code --config} file: every setting, comments, and errors that name the file and line. */
+class ConfigFileTest {
+    @TempDir
+    Path dir;
+
+    private Path write(String text) throws IOException {
+        Path p = dir.resolve("jnbd.conf");
+        Files.writeString(p, text);
+        return p;
+    }
+
+    @Test
+    void everySetting() throws IOException {
+        ConfigFile c = ConfigFile.read(write("""
+            # comments and blank lines are ignored
+
+              # indented comment
+            listen = 127.0.0.1:10809
+            listen=[::1]:10810
+            unix = /run/jnbd.sock
+            default-export = scratch
+            export disk = file:/var/lib/vm.img,mode=direct
+            export scratch = memory:4G,description=Scratch space, with = signs
+            """));
+        assertThat(c.listen()).containsExactly("127.0.0.1:10809", "[::1]:10810");
+        assertThat(c.unix()).containsExactly("/run/jnbd.sock");
+        assertThat(c.defaultExport()).isEqualTo("scratch");
+        assertThat(c.exports()).extracting(ExportSpec::name).containsExactly("disk", "scratch");
+        assertThat(c.exports().get(0).target()).isEqualTo("/var/lib/vm.img");
+        assertThat(c.exports().get(1).size()).isEqualTo(4L << 30);
+        assertThat(c.exports().get(1).description()).isEqualTo("Scratch space, with = signs");
+    }
+
+    @Test
+    void emptyFile() throws IOException {
+        ConfigFile c = ConfigFile.read(write(""));
+        assertThat(c.exports()).isEmpty();
+        assertThat(c.listen()).isEmpty();
+        assertThat(c.defaultExport()).isNull();
+    }
+
+    @Test
+    void lineWithoutEqualsNamesFileAndLine() throws IOException {
+        Path p = write("# ok\nlisten = 127.0.0.1:1\nthis is not a setting\n");
+        assertThatThrownBy(() -> ConfigFile.read(p)).isInstanceOf(IllegalArgumentException.class)
+            .hasMessage(p + ":3: expected KEY = VALUE");
+    }
+
+    @Test
+    void unknownSettingNamesFileAndLine() throws IOException {
+        Path p = write("listen = 127.0.0.1:1\nport = 10809\n");
+        assertThatThrownBy(() -> ConfigFile.read(p)).isInstanceOf(IllegalArgumentException.class)
+            .hasMessage(p + ":2: unknown setting 'port'");
+    }
+
+    @Test
+    void badExportNamesFileLineAndExport() throws IOException {
+        Path p = write("export good = memory:1M\nexport bad = memory:1M,mode=direct\n");
+        assertThatThrownBy(() -> ConfigFile.read(p)).isInstanceOf(IllegalArgumentException.class)
+            .hasMessage(p + ":2: export 'bad': mode=direct applies to files only");
+    }
+
+    @Test
+    void exportWithoutANameIsAnError() throws IOException {
+        Path p = write("export  = memory:1M\n");
+        assertThatThrownBy(() -> ConfigFile.read(p)).isInstanceOf(IllegalArgumentException.class)
+            .hasMessageStartingWith(p + ":1: ");
+    }
+
+    @Test
+    void missingFile() {
+        assertThatThrownBy(() -> ConfigFile.read(dir.resolve("nope.conf"))).isInstanceOf(NoSuchFileException.class);
+    }
+}

@@ -1,0 +1,190 @@
+package io.jnbd.server;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.jnbd.protocol.Nbd;
+import io.jnbd.server.backend.Backend.Capability;
+import io.jnbd.server.backend.FileBackend;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/** {@code --export NAME=SPEC}: what good specs mean, and the one clear line a bad spec gets. */
+class ExportSpecTest {
+    @TempDir
+    Path dir;
+
+    @Test
+    void fileSpecWithEveryOption() {
+        ExportSpec s = ExportSpec.parse("disk=file:/var/lib/vm.img,size=2G,mode=direct,readonly,split=2M,chunk=512K,streams=8");
+        assertThat(s.name()).isEqualTo("disk");
+        assertThat(s.kind()).isEqualTo("file");
+        assertThat(s.target()).isEqualTo("/var/lib/vm.img");
+        assertThat(s.size()).isEqualTo(2L << 30);
+        assertThat(s.mode()).isEqualTo(FileBackend.Mode.DIRECT);
+        assertThat(s.readOnly()).isTrue();
+        assertThat(s.description()).isEmpty();
+        assertThat(s.tuning().splitThreshold()).isEqualTo(2 << 20);
+        assertThat(s.tuning().chunkSize()).isEqualTo(512 << 10);
+        assertThat(s.tuning().streams()).isEqualTo(8);
+    }
+
+    @Test
+    void defaults() {
+        ExportSpec s = ExportSpec.parse("d=file:x.img");
+        assertThat(s.mode()).isEqualTo(FileBackend.Mode.CACHED);
+        assertThat(s.readOnly()).isFalse();
+        assertThat(s.size()).isEqualTo(-1);
+        assertThat(s.tuning()).isEqualTo(ExportTuning.DEFAULT);
+    }
+
+    @Test
+    void memorySpec() {
+        ExportSpec s = ExportSpec.parse("scratch=memory:4G");
+        assertThat(s.kind()).isEqualTo("memory");
+        assertThat(s.size()).isEqualTo(4L << 30);
+        assertThat(ExportSpec.parse("m", "MEMORY:64k,ro").readOnly()).isTrue();
+        assertThat(ExportSpec.parse("m", "memory:1M,readonly=false").readOnly()).isFalse();
+    }
+
+    @Test
+    void descriptionRunsToTheEndAndMayHoldCommas() {
+        ExportSpec s = ExportSpec.parse("d=memory:1M,readonly,description=Scratch space, for tests, mode=direct");
+        assertThat(s.description()).isEqualTo("Scratch space, for tests, mode=direct");
+        assertThat(s.readOnly()).isTrue();
+        assertThat(s.mode()).isEqualTo(FileBackend.Mode.CACHED);
+    }
+
+    @ParameterizedTest
+    @CsvSource({
+        "4096, 4096", "64K, 65536", "64k, 65536", "1M, 1048576", "1G, 1073741824", "1GiB, 1073741824",
+        "1GB, 1073741824", "2T, 2199023255552", "1P, 1125899906842624", "0, 0", "' 8M ', 8388608"
+    })
+    void sizes(String text, long bytes) {
+        assertThat(ExportSpec.parseSize(text)).isEqualTo(bytes);
+    }
+
+    @ParameterizedTest
+    @CsvSource(value = {"abc", "-1", "1.5G", "8E", "G", "K", "KiB", "iB", "' '", "9999999999T", "99999999999999999999", "1GG"},
+        emptyValue = "")
+    void badSizesAreOneClearLine(String text) {
+        assertThatThrownBy(() -> ExportSpec.parseSize(text))
+            .isExactlyInstanceOf(IllegalArgumentException.class)
+            .hasMessageContaining("not a size");
+    }
+
+    @Test
+    void missingSize() {
+        assertThatThrownBy(() -> ExportSpec.parseSize("")).isInstanceOf(IllegalArgumentException.class).hasMessage("missing size");
+        assertThatThrownBy(() -> ExportSpec.parseSize(null)).isInstanceOf(IllegalArgumentException.class);
+    }
+
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "noequals                            | is not NAME=file:PATH or NAME=memory:SIZE",
+        "=file:/x                            | is not NAME=file:PATH or NAME=memory:SIZE",
+        "a:b=memory:1M                       | is not NAME=file:PATH or NAME=memory:SIZE",
+        "d=/plain/path                       | export 'd': '/plain/path' does not start with file: or memory:",
+        "d=disk:/x                           | export 'd': unknown backend 'disk' (use file: or memory:)",
+        "d=file:                             | export 'd': file: needs a path",
+        "d=file:/x,mode=fast                 | export 'd': mode must be cached or direct, not 'fast'",
+        "d=file:/x,mode=                     | export 'd': mode= needs a value",
+        "d=file:/x,size                      | export 'd': size= needs a value",
+        "d=file:/x,bogus=1                   | export 'd': unknown option 'bogus'",
+        "d=file:/x,                          | export 'd': unknown option ''",
+        "d=memory:1G,mode=direct             | export 'd': mode=direct applies to files only",
+        "d=memory:1G,size=2G                 | export 'd': give a memory export's size as memory:SIZE",
+        "d=memory:0                          | export 'd': size must be positive",
+        "d=file:/x,chunk=1000                | export 'd': chunk size must be a power of two of at least 4K",
+        "d=file:/x,chunk=2K                  | export 'd': chunk size must be a power of two of at least 4K",
+        "d=file:/x,streams=0                 | export 'd': streams must be 1 to 64",
+        "d=file:/x,streams=65                | export 'd': streams must be 1 to 64",
+        "d=file:/x,split=64K,chunk=256K      | export 'd': split threshold must be at least the chunk size",
+        "d=file:/x,split=8G                  | export 'd': split=8G is too large",
+        "d=file:/x,scheduler=elevator        | export 'd': scheduler must be none or sorted, not 'elevator'",
+    })
+    void badSpecsGetOneClearLine(String spec, String message) {
+        assertThatThrownBy(() -> ExportSpec.parse(spec))
+            .isExactlyInstanceOf(IllegalArgumentException.class)
+            .hasMessage(message.replace("noequals", spec).replace("=file:/x", spec).replace("a:b=memory:1M", spec).contains("is not NAME")
+                ? "export '" + spec + "' is not NAME=file:PATH or NAME=memory:SIZE" : message);
+    }
+
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {"d=memory:lots | lots", "d=memory: | size", "d=file:/x,size=big | big", "d=memory:iB | iB"})
+    void badSizesInASpecNameTheExport(String spec, String fragment) {
+        assertThatThrownBy(() -> ExportSpec.parse(spec))
+            .isExactlyInstanceOf(IllegalArgumentException.class)
+            .hasMessageStartingWith("export 'd': ")
+            .hasMessageContaining(fragment);
+    }
+
+    @Test
+    void exportNamesAreBounded() {
+        assertThatThrownBy(() -> ExportSpec.parse("", "memory:1M")).hasMessage("export name must be 1 to 4096 bytes");
+        assertThatThrownBy(() -> ExportSpec.parse("x".repeat(4097), "memory:1M")).hasMessage("export name must be 1 to 4096 bytes");
+        assertThat(ExportSpec.parse("x".repeat(4096), "memory:1M").name()).hasSize(4096);
+    }
+
+    @Test
+    void openingCreatesAndGrowsFilesSparsely() throws Exception {
+        Path f = dir.resolve("sub/dir/new.img");
+        Export e = ExportSpec.parse("n", "file:" + f + ",size=64M,description=new disk").openExport();
+        try {
+            assertThat(Files.size(f)).isEqualTo(64 << 20);
+            assertThat(ServerFixture.allocatedBlocks(f)).isLessThan(1024);
+            assertThat(e.backend().size()).isEqualTo(64 << 20);
+            assertThat(e.description()).isEqualTo("new disk");
+            assertThat(e.transmissionFlags(false) & Nbd.FLAG_READ_ONLY).isZero();
+        } finally {
+            e.backend().close();
+        }
+        // Reopening with a larger size grows it; a smaller size never shrinks it.
+        ExportSpec.parse("n", "file:" + f + ",size=128M").open().close();
+        assertThat(Files.size(f)).isEqualTo(128 << 20);
+        ExportSpec.parse("n", "file:" + f + ",size=1M").open().close();
+        assertThat(Files.size(f)).isEqualTo(128 << 20);
+    }
+
+    @Test
+    void readOnlyExportsHideWriteCapabilities() throws Exception {
+        Path f = dir.resolve("ro.img");
+        Files.write(f, new byte[8192]);
+        try (var b = ExportSpec.parse("r", "file:" + f + ",readonly").open()) {
+            assertThat(b.can(Capability.WRITE)).isFalse();
+            assertThat(b.can(Capability.TRIM)).isFalse();
+            assertThat(b.size()).isEqualTo(8192);
+        }
+        Export e = ExportSpec.parse("m", "memory:1M,readonly").openExport();
+        assertThat(e.transmissionFlags(true) & Nbd.FLAG_READ_ONLY).isNotZero();
+        assertThat(e.transmissionFlags(true) & (Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES)).isZero();
+    }
+
+    @Test
+    void missingFileWithoutSizeIsAClearError() {
+        Path f = dir.resolve("absent.img");
+        assertThatThrownBy(() -> ExportSpec.parse("a", "file:" + f).open())
+            .isInstanceOf(NoSuchFileException.class)
+            .hasMessageContaining(f.toString())
+            .hasMessageContaining("size=");
+        assertThatThrownBy(() -> ExportSpec.parse("a", "file:" + f + ",size=1M,readonly").open())
+            .isInstanceOf(NoSuchFileException.class)
+            .hasMessageContaining("read-only");
+        assertThat(Files.exists(f)).isFalse();
+    }
+
+    @Test
+    void directModeAdvertisesItsAlignment() throws IOException {
+        Path f = dir.resolve("direct.img");
+        try (var b = ExportSpec.parse("d", "file:" + f + ",size=1M,mode=direct").open()) {
+            assertThat(b.blockSizes().minimum()).isEqualTo(512);
+            assertThat(b.blockSizes().preferred()).isGreaterThanOrEqualTo(4096);
+        }
+    }
+}
