@@ -1,0 +1,620 @@
+"""Shared machinery for the jnbd benchmarks (bench/peers, bench/overlap, bench/curve).
+
+Python 3 standard library only. Starts NBD servers on 127.0.0.1, runs fio against them, measures the
+server's CPU time and peak RSS from /proc, and writes results under bench/results/. Benchmarks are not
+tests: nothing here raises out of a benchmark on a missing peer or a failed run; the run is reported as
+missing/failed and the benchmark goes on.
+"""
+
+import atexit
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "bench", "results")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+GIB = 1 << 30
+
+
+def env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def quick():
+    return os.environ.get("QUICK", "") not in ("", "0")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def stamp():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def parse_size(text):
+    text = str(text).strip().upper()
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40)):
+        if text.endswith(suffix):
+            mult, text = m, text[:-1]
+            break
+    return int(float(text) * mult)
+
+
+# ---------------------------------------------------------------- cleanup
+
+_servers = []
+_tmpdirs = []
+
+
+def _cleanup(*_):
+    for s in list(_servers):
+        s.stop()
+    for d in _tmpdirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _on_signal(signum, _frame):
+    log(f"bench: signal {signum}, stopping servers")
+    _cleanup()
+    os._exit(0)  # benchmarks never fail
+
+
+atexit.register(_cleanup)
+for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_sig, _on_signal)
+
+
+def tmpdir(prefix="jnbd-bench."):
+    d = tempfile.mkdtemp(prefix=prefix)
+    _tmpdirs.append(d)
+    return d
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def _stat_fields(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    # comm may contain spaces and parentheses: split after the last ')'
+    return data[data.rindex(")") + 2:].split()
+
+
+def _children_map():
+    kids = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            ppid = int(_stat_fields(name)[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def process_tree(pid):
+    kids = _children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def cpu_seconds(pid):
+    """utime+stime of pid (all its threads), of its live descendants, and of its reaped children."""
+    if pid is None:
+        return None
+    total = 0
+    for i, p in enumerate(process_tree(pid)):
+        try:
+            f = _stat_fields(p)
+        except (OSError, IndexError):
+            continue
+        # fields after comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+        total += int(f[11]) + int(f[12])
+        if i == 0:
+            total += int(f[13]) + int(f[14])
+    return total / CLK_TCK
+
+
+def peak_rss_bytes(pid):
+    """VmHWM (peak resident set) of pid plus that of its live descendants."""
+    if pid is None:
+        return None
+    total = 0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError as e:
+        log(f"bench: cannot drop the page cache ({e}); relying on O_DIRECT")
+        return False
+
+
+# ---------------------------------------------------------------- the test file
+
+
+def bench_file(size_bytes, name=None):
+    """Create (or reuse) a file of size_bytes filled with random data under BENCH_DIR."""
+    d = os.environ.get("BENCH_DIR", "/var/tmp/jnbd-bench")
+    os.makedirs(d, exist_ok=True)
+    path = os.environ.get("BENCH_FILE") or os.path.join(d, name or f"bench-{size_bytes >> 30}g.img")
+    if os.path.exists(path) and os.path.getsize(path) == size_bytes:
+        return path
+    log(f"bench: creating {path} ({size_bytes >> 20} MiB of random data)")
+    chunk = 16 << 20
+    with open(path, "wb") as f:
+        left = size_bytes
+        while left > 0:
+            n = min(chunk, left)
+            f.write(os.urandom(n))
+            left -= n
+    return path
+
+
+def warm(path):
+    """Read the whole file once so that it sits in the page cache."""
+    t = time.time()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(16 << 20)
+        while f.readinto(buf):
+            pass
+    log(f"bench: warmed {path} into the page cache in {time.time() - t:.1f}s")
+
+
+# ---------------------------------------------------------------- servers
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def jdk_home():
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.exists(os.path.join(home, "bin", "java")):
+        return home
+    for cand in ("/usr/lib/jvm/temurin-25-jdk-amd64",):
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def build_jnbd():
+    """bin/jnbd builds the project when the build is missing or stale; do it once, up front."""
+    jnbd = os.path.join(ROOT, "bin", "jnbd")
+    if not os.path.exists(jnbd):
+        return False
+    log("bench: building jnbd if stale (bin/jnbd --version)")
+    r = subprocess.run([jnbd, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        log("bench: jnbd build failed:\n" + r.stdout[-3000:])
+        return False
+    return True
+
+
+class Server:
+    """One NBD server process on 127.0.0.1:port serving export 'bench' (or the names in the URI)."""
+
+    def __init__(self, name, argv, port, env=None, find_pid=None, cwd=None):
+        self.name, self.argv, self.port = name, argv, port
+        self.env, self.find_pid, self.cwd = env, find_pid, cwd
+        self.proc, self.pid, self.missing, self.error = None, None, False, None
+        self.peak_rss = 0
+        self.logpath = None
+
+    def uri(self, export="bench"):
+        return f"nbd://127.0.0.1:{self.port}/{export}"
+
+    def start(self, timeout=120):
+        exe = self.argv[0]
+        if shutil.which(exe) is None and not os.path.exists(exe):
+            self.missing, self.error = True, f"{exe} not installed"
+            log(f"bench: {self.name}: missing ({self.error})")
+            return False
+        d = tmpdir(f"jnbd-bench-{self.name}.")
+        self.logpath = os.path.join(d, "server.log")
+        env = dict(os.environ)
+        env.update(self.env or {})
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=open(self.logpath, "w"), stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
+                                         start_new_session=True)
+        except OSError as e:
+            self.missing, self.error = True, str(e)
+            return False
+        _servers.append(self)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if _port_open(self.port):
+                break
+            if self.proc.poll() is not None and self.find_pid is None:
+                break
+            time.sleep(0.1)
+        else:
+            pass
+        if not _port_open(self.port):
+            self.error = "did not start listening: " + self.tail_log()
+            log(f"bench: {self.name}: {self.error}")
+            self.stop()
+            return False
+        self.pid = self.find_pid() if self.find_pid else self.proc.pid
+        log(f"bench: {self.name} listening on 127.0.0.1:{self.port} (pid {self.pid})")
+        return True
+
+    def ok(self):
+        return self.pid is not None and self.error is None
+
+    def tail_log(self, n=600):
+        try:
+            with open(self.logpath) as f:
+                return f.read()[-n:].strip()
+        except (OSError, TypeError):
+            return ""
+
+    def cpu(self):
+        try:
+            return cpu_seconds(self.pid)
+        except OSError:
+            return None
+
+    def sample_rss(self):
+        try:
+            r = peak_rss_bytes(self.pid) or 0
+        except OSError:
+            r = 0
+        self.peak_rss = max(self.peak_rss, r)
+        return self.peak_rss
+
+    def stop(self):
+        if self in _servers:
+            _servers.remove(self)
+        pids = []
+        if self.pid is not None:
+            try:
+                pids = process_tree(self.pid)
+            except OSError:
+                pids = [self.pid]
+        if self.proc is not None and self.proc.poll() is None:
+            pids.append(self.proc.pid)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.time() + 5
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            if self.proc is not None:
+                self.proc.poll()
+            time.sleep(0.05)
+        for p in pids:
+            if _alive(p):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        self.pid = None
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _find_by_cmdline(needle):
+    def find():
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                ppid = int(_stat_fields(name)[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if needle in cmd:
+                # the daemon, not one of its per-connection children
+                try:
+                    with open(f"/proc/{ppid}/cmdline", "rb") as f:
+                        if needle in f.read().replace(b"\0", b" ").decode(errors="replace"):
+                            continue
+                except OSError:
+                    pass
+                return int(name)
+        return None
+    return find
+
+
+def nbdkit(path, port=None):
+    port = port or free_port()
+    return Server("nbdkit", ["nbdkit", "-f", "-i", "127.0.0.1", "-p", str(port), "file", f"file={path}"], port)
+
+
+def nbd_server(path, port=None):
+    """nbd-server daemonizes (its -d mode serves one connection and exits), so its pid is found by its
+    unique config path; each connection is a forked child whose CPU is counted with the daemon's."""
+    port = port or free_port()
+    d = tmpdir("jnbd-bench-nbd-server.")
+    conf = os.path.join(d, "config")
+    with open(conf, "w") as f:
+        f.write(f"[generic]\n    listenaddr = 127.0.0.1\n    port = {port}\n"
+                f"[bench]\n    exportname = {path}\n")
+    return Server("nbd-server", ["nbd-server", "-C", conf], port, find_pid=_find_by_cmdline(conf))
+
+
+def qemu_nbd(path, port=None, name="qemu-nbd", extra=()):
+    port = port or free_port()
+    return Server(name, ["qemu-nbd", "-f", "raw", "--persistent", "--shared=8", "-b", "127.0.0.1",
+                         "-p", str(port), "-x", "bench", *extra, path], port)
+
+
+def jnbd(exports, port=None, name="jnbd", extra=(), java_opts=None):
+    """exports: list of NAME=SPEC strings."""
+    port = port or free_port()
+    argv = [os.path.join(ROOT, "bin", "jnbd"), "serve", "--listen", f"127.0.0.1:{port}"]
+    for e in exports:
+        argv += ["--export", e]
+    argv += list(extra)
+    env = {"JNBD_NO_BUILD": "1"}
+    opts = java_opts if java_opts is not None else os.environ.get("JNBD_JAVA_OPTS")
+    if opts:
+        env["JNBD_JAVA_OPTS"] = opts
+    jh = jdk_home()
+    if jh:
+        env["JAVA_HOME"] = jh
+    return Server(name, argv, port, env=env, cwd=tmpdir("jnbd-bench-jnbd-cwd."))
+
+
+# ---------------------------------------------------------------- fio
+
+
+def fio_version():
+    try:
+        return subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return None
+
+
+def run_fio(args, server=None, ramp=1.0, timeout=120):
+    """Runs fio with JSON output. Measures the server's CPU from the end of the ramp to fio's exit and its
+    peak RSS. Returns a dict of figures or {'error': ...}."""
+    d = tmpdir("jnbd-bench-fio.")
+    out = os.path.join(d, "out.json")
+    argv = ["fio", "--name=bench", "--output-format=json", f"--output={out}", *args]
+    cpu = {}
+
+    def sample_after_ramp():
+        cpu["start"] = server.cpu()
+        cpu["t0"] = time.time()
+
+    timer = None
+    if server is not None:
+        cpu["start"] = server.cpu()
+        cpu["t0"] = time.time()
+        if ramp > 0:
+            # fio connects within a few ms; the CPU window starts when fio stops ramping
+            timer = threading.Timer(ramp + 0.05, sample_after_ramp)
+            timer.start()
+    t_start = time.time()
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "fio timed out"}
+    except OSError as e:
+        return {"error": f"fio: {e}"}
+    finally:
+        if timer is not None:
+            timer.cancel()
+    elapsed = time.time() - t_start
+    res = {"wall": elapsed}
+    if server is not None:
+        end = server.cpu()
+        if cpu.get("start") is not None and end is not None:
+            res["server_cpu"] = end - cpu["start"]
+        server.sample_rss()
+        res["server_rss"] = server.peak_rss
+    try:
+        with open(out) as f:
+            text = f.read()
+        data = json.loads(text[text.index("{"):])
+        job = data["jobs"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return {"error": "fio failed: " + r.stdout.strip()[-400:]}
+    if job.get("error"):
+        return {"error": f"fio job error {job['error']}: " + r.stdout.strip()[-400:]}
+    total_bytes, bw, iops, p50, p99, p999 = 0, 0.0, 0.0, None, None, None
+    for direction in ("read", "write"):
+        x = job.get(direction, {})
+        if not x or not x.get("io_bytes"):
+            continue
+        total_bytes += x["io_bytes"]
+        bw += x["bw_bytes"]
+        iops += x["iops"]
+        pct = x.get("clat_ns", {}).get("percentile", {})
+        if pct:
+            p50 = pct.get("50.000000", 0) / 1000.0
+            p99 = pct.get("99.000000", 0) / 1000.0
+            p999 = pct.get("99.900000", 0) / 1000.0
+    res.update({"bytes": total_bytes, "MBps": bw / 1e6, "iops": iops, "p50_us": p50, "p99_us": p99,
+                "p999_us": p999})
+    if total_bytes == 0:
+        res["error"] = "no I/O done: " + r.stdout.strip()[-400:]
+    if res.get("server_cpu") is not None and total_bytes:
+        res["cpu_s_per_GB"] = res["server_cpu"] / (total_bytes / 1e9)
+    return res
+
+
+def nbd_fio_args(uri, rw, bs, iodepth, size="3G", runtime=5, ramp=1, extra=()):
+    args = ["--ioengine=nbd", f"--uri={uri}", f"--rw={rw}", f"--bs={bs}", f"--iodepth={iodepth}",
+            f"--size={size}", f"--runtime={runtime}", "--time_based"]
+    if ramp:
+        args.append(f"--ramp_time={ramp}")
+    return args + list(extra)
+
+
+# ---------------------------------------------------------------- machine and output
+
+
+def _first_line(argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (r.stdout or r.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "missing"
+
+
+def machine():
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / (1 << 20):.1f} GiB"
+    except OSError:
+        pass
+    cpu_model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    jh = jdk_home()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model,
+        "memory": mem,
+        "kernel": os.uname().release,
+        "loadavg": open("/proc/loadavg").read().split()[:3],
+        "fio": _first_line(["fio", "--version"]),
+        "nbdkit": _first_line(["nbdkit", "--version"]),
+        "nbd-server": _first_line(["nbd-server", "-V"]).replace("This is ", "").replace(" version", ""),
+        "qemu-nbd": _first_line(["qemu-nbd", "--version"]),
+        "java": _first_line([os.path.join(jh, "bin", "java"), "-version"]) if jh else "missing",
+        "jnbd": _git_rev(),
+    }
+
+
+def _git_rev():
+    try:
+        r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+        return r.stdout.strip()[:100]
+    except OSError:
+        return "?"
+
+
+def print_machine(m, out=sys.stdout):
+    print(f"machine: {m['nproc']} cpus ({m['cpu']}), {m['memory']} RAM, kernel {m['kernel']}, "
+          f"load {' '.join(m['loadavg'])}", file=out)
+    print(f"peers: {m['fio']}, {m['nbdkit']}, {m['nbd-server']}, {m['qemu-nbd']}", file=out)
+    print(f"jnbd: {m['jnbd']} on {m['java']}", file=out)
+
+
+def write_results(bench, rows, meta, columns):
+    """Writes bench/results/<bench>-<stamp>.json and .csv (and -latest copies). Returns the csv path."""
+    try:
+        os.makedirs(RESULTS, exist_ok=True)
+        s = stamp()
+        base = os.path.join(RESULTS, f"{bench}-{s}")
+        with open(base + ".json", "w") as f:
+            json.dump({"bench": bench, "meta": meta, "rows": rows}, f, indent=2, default=str)
+        with open(base + ".csv", "w") as f:
+            f.write(",".join(columns) + "\n")
+            for r in rows:
+                f.write(",".join(_csv(r.get(c)) for c in columns) + "\n")
+        for ext in (".json", ".csv"):
+            shutil.copyfile(base + ext, os.path.join(RESULTS, f"{bench}-latest{ext}"))
+        return base + ".csv"
+    except OSError as e:
+        log(f"bench: cannot write results: {e}")
+        return None
+
+
+def _csv(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    s = str(v)
+    return '"' + s.replace('"', '""') + '"' if ("," in s or '"' in s) else s
+
+
+def table(headers, rows, out=sys.stdout):
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(headers)]
+    line = "| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |"
+    print(line, file=out)
+    print("| " + " | ".join("-" * w for w in widths) + " |", file=out)
+    for r in rows:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |", file=out)
+    out.flush()
+
+
+def fmt(v, spec=".0f", missing="—"):
+    if v is None:
+        return missing
+    try:
+        return format(v, spec)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def fmt_iops(v):
+    if v is None:
+        return "—"
+    return f"{v / 1000:.1f}K" if v >= 10000 else f"{v:.0f}"
