@@ -9,7 +9,8 @@ package io.jnbd.server;
  * @param scheduler      how each batch of requests that arrived together becomes disk operations
  */
 public record ExportTuning(int splitThreshold, int chunkSize, int streams, BatchScheduler.Policy scheduler) {
-    public static final ExportTuning DEFAULT = new ExportTuning(1 << 20, 256 << 10, 4, BatchScheduler.Policy.NONE);
+    // 1M chunks, 4 at a time: the best average of bench/overlap's sweep, and less CPU per GB than 256K chunks.
+    public static final ExportTuning DEFAULT = new ExportTuning(1 << 20, 1 << 20, 4, BatchScheduler.Policy.NONE);
 
     public ExportTuning {
         if (chunkSize < 4096 || Integer.bitCount(chunkSize) != 1) throw new IllegalArgumentException("chunk size must be a power of two of at least 4K");
