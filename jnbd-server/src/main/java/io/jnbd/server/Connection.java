@@ -11,6 +11,7 @@ import io.jnbd.server.backend.Extent;
 import io.jnbd.server.backend.NbdErrorException;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.Channels;
+import io.jnbd.server.io.NativeIo;
 import io.jnbd.server.io.Releasable;
 import java.io.EOFException;
 import java.io.IOException;
@@ -37,6 +38,10 @@ import org.slf4j.LoggerFactory;
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
     private static final int INPUT_BUFFER = 256 * 1024;
+    /** Cached reads up to this size are served from the page cache on the reader thread when it can (see readIfCached). */
+    private static final int INLINE_READ_MAX = 64 * 1024;
+    /** Cached writes up to this size (without FUA) are written on the reader thread. */
+    private static final int INLINE_WRITE_MAX = 64 * 1024;
     private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
 
     private final NbdServer server;
@@ -52,6 +57,8 @@ final class Connection implements Runnable {
     private Session session;
     private ReplyWriter writer;
     private Thread readerThread;
+    /** Replies made on the reader thread during one batch; only the reader thread touches it. */
+    private final List<ReplyWriter.Part> deferred = new ArrayList<>();
 
     Connection(NbdServer server, SocketChannel channel, String peer) {
         this.server = server;
@@ -206,7 +213,12 @@ final class Connection implements Runnable {
                     continue;
                 }
                 if (r.hasPayload() && r.length() > 0) {
-                    f.payload = server.buffers().acquire((int) r.length());
+                    f.payload = server.buffers().tryAcquire((int) r.length(), 0);
+                    if (f.payload == null) {
+                        // The budget may be held by this very batch's payloads: submit them before waiting.
+                        submit(batch, backend);
+                        f.payload = server.buffers().acquire((int) r.length());
+                    }
                     ByteBuffer dst = f.payload.buffer();
                     // The part already buffered is copied; the rest goes from the socket straight into the payload.
                     int buffered = (int) Math.min(in.remaining(), r.length());
@@ -237,6 +249,39 @@ final class Connection implements Runnable {
         return end;
     }
 
+    /**
+     * Run to completion for small cached reads: when the page cache holds the data (preadv2 RWF_NOWAIT),
+     * read it on this thread and add the reply to {@code ready}, so that a whole batch of small reads costs
+     * one read system call each plus one gathering write. Returns false to leave the read to sendfile.
+     */
+    private boolean readIfCached(InFlight f, int fd, List<ReplyWriter.Part> ready) {
+        Request r = f.request;
+        BufferPool.Lease lease;
+        try {
+            lease = server.buffers().tryAcquire((int) r.length(), 0);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+        if (lease == null) return false;
+        f.timing.diskStart = System.nanoTime();
+        boolean hit;
+        try {
+            hit = NativeIo.preadIfCached(fd, lease.buffer(), r.offset());
+        } catch (IOException e) {
+            hit = false;
+        }
+        if (!hit) {
+            lease.release();
+            return false;
+        }
+        f.timing.diskEnd = System.nanoTime();
+        stats.bytesRead.add(r.length());
+        server.stats().bytesRead.add(r.length());
+        ready.add(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), lease.buffer().flip(), lease, f));
+        return true;
+    }
+
     /** Requests that hold an off-heap buffer while in flight (a write payload or a read not sent by sendfile). */
     private static boolean needsBuffer(Request r, Backend backend) {
         return r.type() == Nbd.CMD_WRITE || (r.type() == Nbd.CMD_READ && backend.zeroCopySource() == null);
@@ -246,10 +291,33 @@ final class Connection implements Runnable {
         return (int) Math.max(1, (length + 4095) / 4096);
     }
 
-    /** Sends a reply part: inline when called on the reader thread itself, else through the writer thread. */
+    /**
+     * Sends a reply part. On the reader thread, replies made while a batch is being submitted are collected
+     * and leave together in one gathering write at its end; elsewhere (I/O threads) they go out at once if
+     * the socket takes them, else through the writer thread.
+     */
     private void emit(ReplyWriter.Part part) {
-        if (Thread.currentThread() == readerThread) writer.sendInline(part);
-        else writer.send(part);
+        if (Thread.currentThread() == readerThread) deferred.add(part);
+        else writer.sendFromWorker(part);
+    }
+
+    private void flushDeferred() {
+        if (deferred.isEmpty()) return;
+        writer.sendInline(new ArrayList<>(deferred));
+        deferred.clear();
+    }
+
+    /** A cached read: from the page cache on this thread if it is there and small, else by sendfile. */
+    private void sendCachedRead(InFlight f, FileChannel source, int fd) {
+        Request r = f.request;
+        if (r.length() == 0) {
+            replyOk(f);
+            return;
+        }
+        if (r.length() <= INLINE_READ_MAX && fd >= 0 && readIfCached(f, fd, deferred)) return;
+        stats.bytesRead.add(r.length());
+        server.stats().bytesRead.add(r.length());
+        emit(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source, fd, r.offset(), r.length(), f));
     }
 
     /** The last part of a request's reply is on the wire (or the connection is gone). */
@@ -262,7 +330,10 @@ final class Connection implements Runnable {
 
     /** Plans a batch with the export's scheduler and starts its operations. */
     private void submit(List<InFlight> batch, Backend backend) {
-        if (batch.isEmpty()) return;
+        if (batch.isEmpty()) {
+            flushDeferred(); // e.g. error replies made while parsing
+            return;
+        }
         FileChannel source = backend.zeroCopySource();
         List<Request> requests = new ArrayList<>(batch.size());
         java.util.Map<Request, InFlight> byRequest = new java.util.IdentityHashMap<>();
@@ -273,37 +344,49 @@ final class Connection implements Runnable {
         batch.clear();
         BatchScheduler.Plan plan = session.export().scheduler().plan(requests);
         List<Runnable> tasks = new ArrayList<>(plan.ops().size());
+        List<Runnable> inline = new ArrayList<>();
         for (BatchScheduler.Op op : plan.ops()) {
             List<InFlight> members = new ArrayList<>(op.members().size());
             for (Request r : op.members()) members.add(byRequest.get(r));
             InFlight first = members.getFirst();
             Request r = first.request;
-            if (r.type() == Nbd.CMD_READ && members.size() == 1) {
-                if (r.length() == 0) {
-                    replyOk(first);
+            // A sequential plan (reordering would change a result) runs every operation in order on one
+            // I/O thread; only the others take the fast paths below.
+            if (!plan.sequential()) {
+                if (r.type() == Nbd.CMD_READ && source != null) {
+                    // Cached reads never need the merged buffer: each member goes out by itself, zero-copy.
+                    for (InFlight m : members) sendCachedRead(m, source, backend.zeroCopyFd());
                     continue;
                 }
-                if (source != null) {
-                    // Page cache to socket by sendfile: no buffer, no I/O thread; the writer does the transfer.
-                    stats.bytesRead.add(r.length());
-                    server.stats().bytesRead.add(r.length());
-                    writer.sendInline(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source,
-                        backend.zeroCopyFd(), r.offset(), r.length(), first));
-                    continue;
+                if (r.type() == Nbd.CMD_READ && members.size() == 1) {
+                    if (r.length() == 0) {
+                        replyOk(first);
+                        continue;
+                    }
+                    ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());
+                    if (split.chunks() > 1) {
+                        new SplitRead(first, backend, split).start();
+                        continue;
+                    }
                 }
-                ReadPlan split = server.readPlan(session.export(), r, session.structuredReplies());
-                if (split.chunks() > 1 && !plan.sequential()) {
-                    new SplitRead(first, backend, split).start();
+                if (r.type() == Nbd.CMD_WRITE && source != null && op.length() <= INLINE_WRITE_MAX && !op.fua()) {
+                    // A small write into the page cache is quicker done here than handed to an I/O thread,
+                    // and one writer per connection keeps threads from queueing on the file's lock.
+                    inline.add(() -> serve(op, members, backend));
                     continue;
                 }
             }
             tasks.add(() -> serve(op, members, backend));
         }
-        if (tasks.isEmpty()) return;
-        if (backend.nonBlocking()) {
+        if (backend.nonBlocking() && !plan.sequential()) {
             // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
-            tasks.forEach(Runnable::run);
-        } else if (plan.sequential()) {
+            inline.addAll(tasks);
+            tasks.clear();
+        }
+        inline.forEach(Runnable::run);
+        flushDeferred();
+        if (tasks.isEmpty()) return;
+        if (plan.sequential()) {
             server.io().execute(() -> tasks.forEach(Runnable::run));
         } else {
             for (Runnable t : tasks) server.io().execute(t);

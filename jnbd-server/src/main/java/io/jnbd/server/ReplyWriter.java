@@ -87,24 +87,70 @@ final class ReplyWriter implements Runnable {
      * if its client is slow to read, the one thread it stalls is that client's.
      */
     void sendInline(Part part) {
+        List<Part> one = new ArrayList<>(1);
+        one.add(part);
+        sendInline(one);
+    }
+
+    /** Like {@link #sendInline(Part)} for several replies, which then leave in one gathering write. */
+    void sendInline(List<Part> parts) {
         if (failed || !socketLock.tryLock()) {
+            parts.forEach(this::send);
+            return;
+        }
+        try {
+            if (pending.get() != 0) {
+                parts.forEach(this::send); // keep the order of parts already queued, e.g. the chunks of a split read
+                return;
+            }
+            long now = System.nanoTime();
+            for (Part p : parts) {
+                if (p.completes != null) p.completes.timing.queued = now;
+            }
+            List<Part> batch = new ArrayList<>(parts);
+            try {
+                write(batch);
+            } catch (IOException e) {
+                failed = true;
+                release(batch);
+                onFailure.run();
+            }
+        } finally {
+            socketLock.unlock();
+        }
+    }
+
+    /**
+     * For I/O threads: sends on the caller's thread only what the socket takes without waiting, and leaves
+     * the rest to the writer thread, so a disk thread never blocks on a client yet small replies skip the
+     * hand-off to the writer.
+     */
+    void sendFromWorker(Part part) {
+        if (socketFd < 0 || part.file != null || failed || !socketLock.tryLock()) {
             send(part);
             return;
         }
         try {
             if (pending.get() != 0) {
-                send(part); // keep the order of parts already queued, e.g. the chunks of a split read
+                send(part);
                 return;
             }
             if (part.completes != null) part.completes.timing.queued = System.nanoTime();
-            List<Part> one = new ArrayList<>(1);
-            one.add(part);
+            ByteBuffer[] bufs = part.data == null ? new ByteBuffer[] {part.header} : new ByteBuffer[] {part.header, part.data};
             try {
-                write(one);
+                NativeIo.sendWithoutWaiting(socketFd, bufs);
             } catch (IOException e) {
                 failed = true;
+                List<Part> one = new ArrayList<>(List.of(part));
                 release(one);
                 onFailure.run();
+                return;
+            }
+            if (part.header.hasRemaining() || (part.data != null && part.data.hasRemaining())) {
+                send(part); // the writer thread finishes it, before anything queued later
+            } else {
+                List<Part> one = new ArrayList<>(List.of(part));
+                complete(one, 0, 1);
             }
         } finally {
             socketLock.unlock();

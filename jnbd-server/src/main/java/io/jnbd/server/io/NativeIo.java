@@ -52,6 +52,27 @@ public final class NativeIo {
     private static final MethodHandle FADVISE;
     private static final MethodHandle PWRITEV;
     private static final MethodHandle SEND;
+    private static final MethodHandle PREADV2;
+    private static final MethodHandle SENDMSG;
+    private static final int MSG_DONTWAIT = 0x40;
+    private static final int MSG_NOSIGNAL = 0x4000;
+    /** struct msghdr on LP64 Linux. */
+    private static final StructLayout MSGHDR = MemoryLayout.structLayout(
+        ValueLayout.ADDRESS.withName("name"), ValueLayout.JAVA_INT.withName("namelen"), MemoryLayout.paddingLayout(4),
+        ValueLayout.ADDRESS.withName("iov"), ValueLayout.JAVA_LONG.withName("iovlen"),
+        ValueLayout.ADDRESS.withName("control"), ValueLayout.JAVA_LONG.withName("controllen"),
+        ValueLayout.JAVA_INT.withName("flags"), MemoryLayout.paddingLayout(4));
+    private static final int RWF_NOWAIT = 0x08;
+    /** Per-thread scratch for preadv2: an iovec and the errno capture, freed with the thread. */
+    /** Per-thread scratch for sendHeaderAndFile: errno capture, header bytes, the sendfile offset. */
+    private static final ThreadLocal<MemorySegment[]> SEND_SCRATCH = ThreadLocal.withInitial(() -> {
+        Arena arena = Arena.ofAuto();
+        return new MemorySegment[] {arena.allocate(NativeIo.CAPTURE_LAYOUT), arena.allocate(64), arena.allocate(ValueLayout.JAVA_LONG)};
+    });
+    private static final ThreadLocal<MemorySegment[]> PREAD_SCRATCH = ThreadLocal.withInitial(() -> {
+        Arena arena = Arena.ofAuto();
+        return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
+    });
     private static final MethodHandle SENDFILE;
     public static final int MSG_MORE = 0x8000;
     private static final int EINTR = 4;
@@ -63,7 +84,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
-        MethodHandle send = null, sendfile = null;
+        MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null;
         StructLayout capture = null;
         VarHandle errno = null;
         boolean ok = false;
@@ -96,6 +117,12 @@ public final class NativeIo {
                 sendfile = linker.downcallHandle(libc.find("sendfile").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
                         ValueLayout.ADDRESS, ValueLayout.JAVA_LONG), ccs);
+                preadv2 = linker.downcallHandle(libc.find("preadv2").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
+                sendmsg = linker.downcallHandle(libc.find("sendmsg").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_INT), ccs);
                 ok = true;
             }
         } catch (Throwable t) {
@@ -103,6 +130,8 @@ public final class NativeIo {
         }
         PWRITEV = pwritev;
         SEND = send;
+        PREADV2 = preadv2;
+        SENDMSG = sendmsg;
         SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
@@ -235,13 +264,15 @@ public final class NativeIo {
      */
     public static void sendHeaderAndFile(int socketFd, ByteBuffer header, int fileFd, long position, long length)
             throws IOException {
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
-            MemorySegment h = arena.allocate(header.remaining());
+        MemorySegment[] scratch = SEND_SCRATCH.get();
+        MemorySegment state = scratch[0], pos = scratch[2];
+        if (header.remaining() > scratch[1].byteSize()) throw new IllegalArgumentException("header too long");
+        try {
+            MemorySegment h = scratch[1].asSlice(0, header.remaining());
             h.copyFrom(MemorySegment.ofBuffer(header));
             long off = 0;
             while (off < h.byteSize()) {
-                long n = (long) SEND.invokeExact(state, socketFd, h.asSlice(off), h.byteSize() - off, MSG_MORE);
+                long n = (long) SEND.invokeExact(state, socketFd, h.asSlice(off), h.byteSize() - off, MSG_MORE | MSG_NOSIGNAL);
                 if (n < 0) {
                     int e = errno(state);
                     if (e == EINTR) continue;
@@ -250,7 +281,6 @@ public final class NativeIo {
                 off += n;
             }
             header.position(header.limit());
-            MemorySegment pos = arena.allocate(ValueLayout.JAVA_LONG);
             pos.set(ValueLayout.JAVA_LONG, 0, position);
             long left = length;
             while (left > 0) {
@@ -267,6 +297,79 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("sendfile", t);
+        }
+    }
+
+    /**
+     * Reads into {@code dst} (a direct buffer, position to limit) only if the page cache holds every byte:
+     * preadv2 with RWF_NOWAIT. Returns true and fills {@code dst} on success; false, with {@code dst}
+     * unchanged, when the read would wait for the disk or came up short.
+     */
+    public static boolean preadIfCached(int fd, ByteBuffer dst, long offset) throws IOException {
+        MemorySegment[] scratch = PREAD_SCRATCH.get();
+        MemorySegment iov = scratch[0], state = scratch[1];
+        MemorySegment target = MemorySegment.ofBuffer(dst);
+        iov.set(ValueLayout.ADDRESS, 0, target);
+        iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
+        try {
+            long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, RWF_NOWAIT);
+            if (n == target.byteSize()) {
+                dst.position(dst.limit());
+                return true;
+            }
+            if (n < 0) {
+                int e = errno(state);
+                if (e == EAGAIN || e == EOPNOTSUPP || e == EINTR) return false;
+                throw new ErrnoException("preadv2", e);
+            }
+            return false; // partly cached: let the ordinary path read it all
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("preadv2", t);
+        }
+    }
+
+    /**
+     * Sends as much of {@code bufs} as the socket takes without waiting (sendmsg with MSG_DONTWAIT) and
+     * advances the buffers' positions; returns the bytes sent, 0 when the socket buffer is full.
+     */
+    public static long sendWithoutWaiting(int socketFd, ByteBuffer[] bufs) throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment iov = arena.allocate(IOVEC, bufs.length);
+            int n = 0;
+            for (ByteBuffer b : bufs) {
+                if (!b.hasRemaining()) continue;
+                MemorySegment seg = b.isDirect() ? MemorySegment.ofBuffer(b) : arena.allocate(b.remaining()).copyFrom(MemorySegment.ofBuffer(b));
+                iov.setAtIndex(ValueLayout.ADDRESS, 2L * n, seg);
+                iov.setAtIndex(ValueLayout.JAVA_LONG, 2L * n + 1, seg.byteSize());
+                n++;
+            }
+            if (n == 0) return 0;
+            MemorySegment msg = arena.allocate(MSGHDR);
+            msg.set(ValueLayout.ADDRESS, MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iov")), iov);
+            msg.set(ValueLayout.JAVA_LONG, MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iovlen")), n);
+            long sent;
+            while (true) {
+                sent = (long) SENDMSG.invokeExact(state, socketFd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (sent >= 0) break;
+                int e = errno(state);
+                if (e == EINTR) continue;
+                if (e == EAGAIN) return 0;
+                throw new ErrnoException("sendmsg", e);
+            }
+            long left = sent;
+            for (ByteBuffer b : bufs) {
+                int step = (int) Math.min(left, b.remaining());
+                b.position(b.position() + step);
+                left -= step;
+            }
+            return sent;
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("sendmsg", t);
         }
     }
 
