@@ -472,7 +472,12 @@ final class Connection implements Runnable {
     /** One backend read for the whole operation; each member's reply carries its own slice of the buffer. */
     private void readAndReply(BatchScheduler.Op op, List<InFlight> members, Backend backend)
             throws IOException, InterruptedException {
-        BufferPool.Lease lease = server.buffers().acquire((int) op.length());
+        BufferPool.Lease lease = server.buffers().tryAcquire((int) op.length(), 0);
+        if (lease == null) {
+            // Replies this reader has collected hold buffers too: send them before waiting for more.
+            if (Thread.currentThread() == readerThread) flushDeferred();
+            lease = server.buffers().acquire((int) op.length());
+        }
         try {
             backend.read(op.offset(), lease.buffer());
         } catch (IOException | RuntimeException e) {
