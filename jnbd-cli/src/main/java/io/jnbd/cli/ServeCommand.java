@@ -26,29 +26,33 @@ import picocli.CommandLine.Option;
     description = {
         "Serve files, block devices and memory over the NBD protocol.",
         "",
-        "With no --export and no --config, serves export 'default' (also reachable as the empty name):",
-        "a 1 GiB sparse file ./jnbd-data/default.img, created on first run, on 127.0.0.1:10809.",
+        "With no --export and no --config, serves export 'default' (also the empty",
+        "name): ./jnbd-data/default.img, 1 GiB sparse, created on first run, on",
+        "127.0.0.1:10809.",
         "",
-        "An export SPEC is file:PATH or memory:SIZE followed by comma-separated options:",
-        "  size=SIZE           create the file if missing, grow it if smaller (e.g. 64M, 10G)",
-        "  readonly            refuse writes, trims and zeroes with EPERM",
-        "  mode=cached|direct  cached: page cache, reads sent by sendfile (default);",
-        "                      direct: O_DIRECT into aligned off-heap buffers",
-        "  split=SIZE, chunk=SIZE, streams=N",
-        "                      reads above split are read as chunks, streams at a time, and",
-        "                      each chunk is sent as soon as it is read (direct and memory exports)",
-        "  scheduler=none|sorted",
-        "                      none: requests go to disk in arrival order; sorted: each batch that",
-        "                      arrived together is sorted by offset and adjacent requests merged",
-        "  description=TEXT    shown by nbdinfo; must come last, may contain commas",
-        "SIZE takes K, M, G, T suffixes (powers of 1024).",
+        "An export SPEC is file:PATH or memory:SIZE, then comma-separated options:",
+        "  size=SIZE          create the file if missing, grow it if smaller",
+        "  readonly           refuse writes, trims and zeroes with EPERM",
+        "  mode=cached        page cache; reads leave by sendfile (default)",
+        "  mode=direct        O_DIRECT into aligned off-heap buffers",
+        "  split=SIZE,chunk=SIZE,streams=N",
+        "                     reads above split are read in chunks, streams at a",
+        "                     time, each sent as soon as it is read (direct and",
+        "                     memory exports; defaults 1M, 1M, 4)",
+        "  scheduler=none     requests go to disk as they arrive (default)",
+        "  scheduler=sorted   each batch that arrived together is sorted by offset",
+        "                     and adjacent reads or writes are merged",
+        "  description=TEXT   shown by nbdinfo; must come last, may hold commas",
+        "SIZE takes K, M, G, T suffixes (powers of 1024), e.g. 64M, 10G.",
         ""},
     footer = {
         "",
         "Examples:",
         "  jnbd serve",
-        "  jnbd serve --export disk=file:/var/lib/vm.img,mode=direct --export scratch=memory:4G",
-        "  jnbd serve --listen 0.0.0.0:10809 --unix /run/jnbd.sock --export img=file:disk.img,size=20G,readonly",
+        "  jnbd serve --export disk=file:/var/lib/vm.img,mode=direct \\",
+        "             --export scratch=memory:4G",
+        "  jnbd serve --listen 0.0.0.0:10809 --unix /run/jnbd.sock \\",
+        "             --export img=file:disk.img,size=20G,readonly",
         "  jnbd serve --config /etc/jnbd.conf",
         "",
         "Connect with:",
@@ -56,7 +60,8 @@ import picocli.CommandLine.Option;
         "  qemu-img info nbd://127.0.0.1:10809/default",
         "  nbd-client -N default 127.0.0.1 10809 /dev/nbd0",
         "",
-        "SIGINT or SIGTERM: stop accepting, finish the requests in flight, flush, exit 0."})
+        "SIGINT or SIGTERM: stop accepting, finish the requests in flight, flush,",
+        "exit 0."})
 public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--listen", paramLabel = "HOST:PORT",
@@ -105,7 +110,7 @@ public final class ServeCommand implements Callable<Integer> {
     int statsInterval;
 
     @Option(names = "--data-dir", paramLabel = "DIR", defaultValue = "jnbd-data",
-        description = "where the embedded default export keeps default.img (default ./${DEFAULT-VALUE})")
+        description = "directory of the embedded default export's default.img (default ./${DEFAULT-VALUE})")
     Path dataDir;
 
     @Override
