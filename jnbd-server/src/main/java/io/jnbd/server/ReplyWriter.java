@@ -9,8 +9,8 @@ import java.nio.channels.FileChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.LinkedBlockingQueue;
-import java.util.concurrent.atomic.AtomicInteger;
+import java.util.ArrayDeque;
+import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 
@@ -52,16 +52,21 @@ final class ReplyWriter implements Runnable {
     private final SocketChannel channel;
     /** The socket's descriptor for native sendfile with MSG_MORE, or -1 to use the JDK's transferTo. */
     private final int socketFd;
-    private final LinkedBlockingQueue<Part> queue = new LinkedBlockingQueue<>();
+    /** Parts waiting for the writer thread, in wire order. Guarded by queueLock. */
+    private final ArrayDeque<Part> queue = new ArrayDeque<>();
+    private final ReentrantLock queueLock = new ReentrantLock();
+    private final Condition queued = queueLock.newCondition();
     private final Consumer<InFlight> onRequestCompleted;
     private final Runnable onFailure;
+    /** Set under queueLock, so that no part can be queued after the failure's final drain. */
     private volatile boolean failed;
     /** System.nanoTime() when the write in progress started, or 0: lets the server spot clients that stopped reading. */
     private volatile long busySince;
-    /** Serialises the socket between the writer thread and inline senders. */
+    /**
+     * Whoever holds it owns the socket. Parts leave the queue only under it, so a thread that holds it and
+     * finds the queue empty knows that nothing else is owed to the wire before its own bytes.
+     */
     private final ReentrantLock socketLock = new ReentrantLock();
-    /** Parts queued or being written by the writer thread; an inline send is only allowed when zero. */
-    private final AtomicInteger pending = new AtomicInteger();
 
     ReplyWriter(SocketChannel channel, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
         this.channel = channel;
@@ -70,15 +75,34 @@ final class ReplyWriter implements Runnable {
         this.onFailure = onFailure;
     }
 
+    /** Queues a part behind everything already queued. */
     void send(Part part) {
-        if (failed) {
-            part.release();
-            if (part.completes != null) onRequestCompleted.accept(part.completes);
-            return;
-        }
         if (part.completes != null) part.completes.timing.queued = System.nanoTime();
-        pending.incrementAndGet();
-        queue.add(part);
+        enqueue(part, false);
+    }
+
+    private void enqueue(Part part, boolean first) {
+        queueLock.lock();
+        try {
+            if (!failed) {
+                if (first) queue.addFirst(part);
+                else queue.addLast(part);
+                queued.signal();
+                return;
+            }
+        } finally {
+            queueLock.unlock();
+        }
+        releaseAll(List.of(part));
+    }
+
+    private boolean queueEmpty() {
+        queueLock.lock();
+        try {
+            return queue.isEmpty();
+        } finally {
+            queueLock.unlock();
+        }
     }
 
     /**
@@ -99,7 +123,7 @@ final class ReplyWriter implements Runnable {
             return;
         }
         try {
-            if (pending.get() != 0) {
+            if (!queueEmpty()) {
                 parts.forEach(this::send); // keep the order of parts already queued, e.g. the chunks of a split read
                 return;
             }
@@ -111,9 +135,7 @@ final class ReplyWriter implements Runnable {
             try {
                 write(batch);
             } catch (IOException e) {
-                failed = true;
-                release(batch);
-                onFailure.run();
+                fail(batch);
             }
         } finally {
             socketLock.unlock();
@@ -131,7 +153,7 @@ final class ReplyWriter implements Runnable {
             return;
         }
         try {
-            if (pending.get() != 0) {
+            if (!queueEmpty()) {
                 send(part);
                 return;
             }
@@ -140,14 +162,13 @@ final class ReplyWriter implements Runnable {
             try {
                 NativeIo.sendWithoutWaiting(socketFd, bufs);
             } catch (IOException e) {
-                failed = true;
-                List<Part> one = new ArrayList<>(List.of(part));
-                release(one);
-                onFailure.run();
+                fail(new ArrayList<>(List.of(part)));
                 return;
             }
             if (part.header.hasRemaining() || (part.data != null && part.data.hasRemaining())) {
-                send(part); // the writer thread finishes it, before anything queued later
+                // Half of it is on the wire: the rest must be the very next bytes, ahead of anything that
+                // other threads queued meanwhile. Still holding the socket, so the writer has not drained yet.
+                enqueue(part, true);
             } else {
                 List<Part> one = new ArrayList<>(List.of(part));
                 complete(one, 0, 1);
@@ -164,7 +185,13 @@ final class ReplyWriter implements Runnable {
 
     /** Asks the writer to stop once everything queued so far is written. */
     void finish() {
-        queue.add(END);
+        queueLock.lock();
+        try {
+            queue.addLast(END);
+            queued.signal();
+        } finally {
+            queueLock.unlock();
+        }
     }
 
     @Override
@@ -172,14 +199,21 @@ final class ReplyWriter implements Runnable {
         List<Part> batch = new ArrayList<>(MAX_GATHER);
         try {
             while (true) {
-                batch.clear();
-                batch.add(queue.take());
+                queueLock.lock();
+                try {
+                    while (queue.isEmpty()) queued.await();
+                } finally {
+                    queueLock.unlock();
+                }
                 socketLock.lock();
                 try {
-                    queue.drainTo(batch, MAX_GATHER - 1);
-                    int taken = batch.size();
+                    queueLock.lock();
+                    try {
+                        while (!queue.isEmpty() && batch.size() < MAX_GATHER) batch.add(queue.pollFirst());
+                    } finally {
+                        queueLock.unlock();
+                    }
                     boolean end = write(batch);
-                    pending.addAndGet(-(taken - batch.size()));
                     if (end) return;
                 } finally {
                     socketLock.unlock();
@@ -188,22 +222,46 @@ final class ReplyWriter implements Runnable {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         } catch (IOException e) {
-            failed = true;
-            onFailure.run();
+            fail(batch);
+            batch.clear();
         } finally {
-            release(batch);
-            List<Part> rest = new ArrayList<>();
-            queue.drainTo(rest);
-            release(rest);
+            releaseAll(batch);
+            batch.clear();
+            queueLock.lock();
+            List<Part> rest;
+            try {
+                failed = true; // nothing more is written: later parts are released as they come
+                rest = new ArrayList<>(queue);
+                queue.clear();
+            } finally {
+                queueLock.unlock();
+            }
+            releaseAll(rest);
         }
     }
 
-    private void release(List<Part> parts) {
+    /** The socket failed: no more writes; everything held is released and the connection is shut down. */
+    private void fail(List<Part> held) {
+        List<Part> rest;
+        queueLock.lock();
+        try {
+            failed = true;
+            rest = new ArrayList<>(queue);
+            queue.clear();
+            queued.signal();
+        } finally {
+            queueLock.unlock();
+        }
+        releaseAll(held);
+        releaseAll(rest);
+        onFailure.run();
+    }
+
+    private void releaseAll(List<Part> parts) {
         for (Part p : parts) {
             p.release();
             if (p.completes != null) onRequestCompleted.accept(p.completes);
         }
-        parts.clear();
     }
 
     /**
