@@ -35,7 +35,7 @@ class ChunkOrderProperties {
         server.close();
     }
 
-    @Property(tries = 200)
+    @Property(tries = 200, seed = "20261122")
     void shuffledChunksAssembleTheRightBytes(@ForAll @IntRange(min = 0, max = SIZE - 1) int offset,
                                              @ForAll @IntRange(min = 1, max = 100_000) int length,
                                              @ForAll long seed, @ForAll boolean direct) throws Exception {

@@ -15,7 +15,7 @@ class MalformedInputTest {
 
     // ---- magics
 
-    @Property
+    @Property(seed = "20261122")
     void badRequestMagic(@ForAll int magic) {
         if (magic == Nbd.REQUEST_MAGIC) return;
         ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
@@ -24,7 +24,7 @@ class MalformedInputTest {
         assertThatThrownBy(() -> Request.decode(b)).isInstanceOf(ProtocolException.class).hasMessageContaining("magic");
     }
 
-    @Property
+    @Property(seed = "20261122")
     void badOptionMagic(@ForAll long magic) {
         if (magic == Nbd.IHAVEOPT) return;
         ByteBuffer b = ByteBuffer.allocate(Nbd.OPTION_HEADER_SIZE);
@@ -33,7 +33,7 @@ class MalformedInputTest {
         assertThatThrownBy(() -> OptionHeader.decode(b)).isInstanceOf(ProtocolException.class).hasMessageContaining("magic");
     }
 
-    @Property
+    @Property(seed = "20261122")
     void badOptionReplyMagic(@ForAll long magic) {
         if (magic == Nbd.OPTION_REPLY_MAGIC) return;
         ByteBuffer b = ByteBuffer.allocate(Nbd.OPTION_REPLY_HEADER_SIZE);
@@ -65,7 +65,7 @@ class MalformedInputTest {
         assertThat(Assertions2.call(() -> Strings.readPrefixed(exactly.flip()))).hasSize(4096);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void hugeStringLengthsAreRejectedWithoutAllocating(@ForAll @IntRange(min = 4097) int length) {
         // Only 4 bytes of buffer: a decoder that trusted the length would allocate or overrun.
         ByteBuffer b = ByteBuffer.allocate(8).putInt(length).putInt(0).flip();
@@ -120,7 +120,7 @@ class MalformedInputTest {
         assertThatThrownBy(() -> ExportRequest.decode(huge)).isInstanceOf(ProtocolException.class);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void exportRequestTruncatedAnywhereIsRejected(@ForAll @IntRange(min = 0, max = 3) int infos,
                                                   @ForAll @IntRange(min = 1, max = 20) int cut) {
         ExportRequest r = new ExportRequest("disk", java.util.Collections.nCopies(infos, Nbd.INFO_BLOCK_SIZE));
@@ -131,7 +131,7 @@ class MalformedInputTest {
         assertThatThrownBy(() -> ExportRequest.decode(b)).isInstanceOf(ProtocolException.class);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void exportRequestCountDisagreeingWithLength(@ForAll @IntRange(min = 0, max = 50) int count,
                                                  @ForAll @IntRange(min = 0, max = 50) int carried) {
         if (count == carried) return;
@@ -180,7 +180,7 @@ class MalformedInputTest {
         assertThatThrownBy(() -> MetaContextRequest.decode(b)).isInstanceOf(ProtocolException.class).hasMessageContaining("trailing");
     }
 
-    @Property
+    @Property(seed = "20261122")
     void metaContextHugeCountIsRejectedBeforeAllocating(@ForAll @IntRange(min = MetaContextRequest.MAX_QUERIES + 1) int count) {
         ByteBuffer b = ByteBuffer.allocate(8).putInt(0).putInt(count).flip();
         assertThatThrownBy(() -> MetaContextRequest.decode(b)).isInstanceOf(ProtocolException.class).hasMessageContaining("too many");
@@ -202,14 +202,14 @@ class MalformedInputTest {
         assertThatThrownBy(() -> Info.decode(ByteBuffer.allocate(0))).isInstanceOf(ProtocolException.class);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void infoExportOfWrongLength(@ForAll @IntRange(min = 0, max = 40) int rest) {
         if (rest == 10) return;
         ByteBuffer b = ByteBuffer.allocate(2 + rest).putShort((short) Nbd.INFO_EXPORT).put(new byte[rest]).flip();
         assertThatThrownBy(() -> Info.decode(b)).isInstanceOf(ProtocolException.class).hasMessageContaining("NBD_INFO_EXPORT");
     }
 
-    @Property
+    @Property(seed = "20261122")
     void infoBlockSizeOfWrongLength(@ForAll @IntRange(min = 0, max = 40) int rest) {
         if (rest == 12) return;
         ByteBuffer b = ByteBuffer.allocate(2 + rest).putShort((short) Nbd.INFO_BLOCK_SIZE).put(new byte[rest]).flip();
@@ -228,7 +228,7 @@ class MalformedInputTest {
 
     // ---- structured reply payloads
 
-    @Property
+    @Property(seed = "20261122")
     void blockStatusOfBadSize(@ForAll @IntRange(min = 0, max = 100) int size) {
         if (size >= 12 && (size - 4) % 8 == 0) return;
         ByteBuffer b = ByteBuffer.allocate(size);
@@ -242,7 +242,7 @@ class MalformedInputTest {
         assertThatThrownBy(() -> Chunks.decodeBlockStatus(b)).isInstanceOf(ProtocolException.class).hasMessageContaining("length 0");
     }
 
-    @Property
+    @Property(seed = "20261122")
     void errorChunkMessageLengthDisagreeing(@ForAll @IntRange(min = 0, max = 200) int claimed,
                                             @ForAll @IntRange(min = 0, max = 200) int actual, @ForAll boolean withOffset) {
         if (claimed == actual) return;
@@ -263,7 +263,7 @@ class MalformedInputTest {
         assertThat(Assertions2.call(() -> Chunks.decodeError(Nbd.REPLY_TYPE_ERROR, b))).isEqualTo(new Chunks.ErrorPayload(Nbd.EIO, "no", -1));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void errorChunkShorterThanSix(@ForAll @IntRange(min = 0, max = 5) int size) {
         assertThatThrownBy(() -> Chunks.decodeError(Nbd.REPLY_TYPE_ERROR, ByteBuffer.allocate(size)))
             .isInstanceOf(ProtocolException.class);

@@ -29,7 +29,7 @@ class RoundTripPropertiesTest {
         return Arbitraries.oneOf(bmp, astral, ascii);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void request(@ForAll @IntRange(min = 0, max = 0xFFFF) int flags, @ForAll @IntRange(min = 0, max = 0xFFFF) int type,
                  @ForAll long cookie, @ForAll long offset, @ForAll int length) throws Exception {
         Request r = new Request(flags, type, cookie, offset, Integer.toUnsignedLong(length));
@@ -41,7 +41,7 @@ class RoundTripPropertiesTest {
         assertThat(b.hasRemaining()).isFalse();
     }
 
-    @Property
+    @Property(seed = "20261122")
     void simpleReply(@ForAll int error, @ForAll long cookie) {
         ByteBuffer b = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
         SimpleReply.encode(b, error, cookie);
@@ -51,7 +51,7 @@ class RoundTripPropertiesTest {
         assertThat(SimpleReply.decodeAfterMagic(b)).isEqualTo(new SimpleReply(error, cookie));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void structuredReplyHeader(@ForAll @IntRange(min = 0, max = 0xFFFF) int flags,
                                @ForAll @IntRange(min = 0, max = 0xFFFF) int type, @ForAll long cookie, @ForAll int length) {
         ByteBuffer b = ByteBuffer.allocate(Nbd.STRUCTURED_REPLY_SIZE);
@@ -65,7 +65,7 @@ class RoundTripPropertiesTest {
         assertThat(h.isError()).isEqualTo((type & 0x8000) != 0);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void optionHeader(@ForAll int option, @ForAll int length) throws Exception {
         ByteBuffer b = ByteBuffer.allocate(Nbd.OPTION_HEADER_SIZE);
         OptionHeader.encode(b, option, length);
@@ -73,7 +73,7 @@ class RoundTripPropertiesTest {
         assertThat(OptionHeader.decode(b.flip())).isEqualTo(new OptionHeader(option, Integer.toUnsignedLong(length)));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void optionReplyHeader(@ForAll int option, @ForAll int type, @ForAll int length) throws Exception {
         ByteBuffer b = ByteBuffer.allocate(Nbd.OPTION_REPLY_HEADER_SIZE);
         OptionReplyHeader.encode(b, option, type, length);
@@ -83,7 +83,7 @@ class RoundTripPropertiesTest {
         assertThat(h.isError()).isEqualTo(type < 0);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void exportRequest(@ForAll("names") String name,
                        @ForAll @Size(max = 40) List<@IntRange(min = 0, max = 0xFFFF) Integer> infos) throws Exception {
         ExportRequest r = new ExportRequest(name, infos);
@@ -95,7 +95,7 @@ class RoundTripPropertiesTest {
         assertThat(b.hasRemaining()).isFalse();
     }
 
-    @Property
+    @Property(seed = "20261122")
     void metaContextRequest(@ForAll("names") String name,
                             @ForAll @Size(max = MetaContextRequest.MAX_QUERIES) List<@StringLength(max = 64) String> raw)
         throws Exception {
@@ -110,27 +110,27 @@ class RoundTripPropertiesTest {
         assertThat(MetaContextRequest.decode(b.flip())).isEqualTo(r);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void infoExport(@ForAll long size, @ForAll @IntRange(min = 0, max = 0xFFFF) int flags) throws Exception {
         roundTripInfo(new Info.Export(size, flags));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void infoName(@ForAll("names") String name) throws Exception {
         roundTripInfo(new Info.Name(name));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void infoDescription(@ForAll("names") String description) throws Exception {
         roundTripInfo(new Info.Description(description));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void infoBlockSize(@ForAll int min, @ForAll int preferred, @ForAll int max) throws Exception {
         roundTripInfo(new Info.BlockSize(min, preferred, max));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void unknownInfoTypesAreSkippedWhole(@ForAll @IntRange(min = 4, max = 0xFFFF) int type,
                                          @ForAll @Size(max = 100) byte[] payload) throws Exception {
         ByteBuffer b = ByteBuffer.allocate(2 + payload.length).putShort((short) type).put(payload).flip();
@@ -152,7 +152,7 @@ class RoundTripPropertiesTest {
 
     // ---- structured reply chunks: each encoder against its decoder (or the spec's layout where the client decodes inline)
 
-    @Property
+    @Property(seed = "20261122")
     void offsetDataPrefix(@ForAll @IntRange(min = 0, max = 1) int done, @ForAll long cookie, @ForAll long offset,
                           @ForAll @IntRange(min = 0, max = 1 << 25) int dataLength) {
         ByteBuffer b = ByteBuffer.allocate(Chunks.OFFSET_DATA_PREFIX);
@@ -165,7 +165,7 @@ class RoundTripPropertiesTest {
         assertThat(b.getLong()).isEqualTo(offset);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void offsetHole(@ForAll @IntRange(min = 0, max = 1) int done, @ForAll long cookie, @ForAll long offset,
                     @ForAll @IntRange(min = 1) int holeLength) {
         ByteBuffer b = ByteBuffer.allocate(Chunks.OFFSET_HOLE_SIZE);
@@ -179,7 +179,7 @@ class RoundTripPropertiesTest {
         assertThat(b.getInt()).isEqualTo(holeLength);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void none(@ForAll long cookie) {
         ByteBuffer b = ByteBuffer.allocate(Nbd.STRUCTURED_REPLY_SIZE);
         Chunks.none(b, cookie);
@@ -190,7 +190,7 @@ class RoundTripPropertiesTest {
             .isEqualTo(new StructuredReplyHeader(Nbd.REPLY_FLAG_DONE, Nbd.REPLY_TYPE_NONE, cookie, 0));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void error(@ForAll @IntRange(min = 0, max = 1) int done, @ForAll long cookie, @ForAll int error,
                @ForAll("names") String message) throws Exception {
         ByteBuffer b = ByteBuffer.allocate(Chunks.errorSize(message));
@@ -206,7 +206,7 @@ class RoundTripPropertiesTest {
         assertThat(b.hasRemaining()).isFalse();
     }
 
-    @Property
+    @Property(seed = "20261122")
     void errorOffset(@ForAll @IntRange(min = 0, max = 1) int done, @ForAll long cookie, @ForAll int error,
                      @ForAll("names") String message, @ForAll long offset) throws Exception {
         ByteBuffer b = ByteBuffer.allocate(Chunks.errorOffsetSize(message));
@@ -221,7 +221,7 @@ class RoundTripPropertiesTest {
         assertThat(Chunks.decodeError(h.type(), b)).isEqualTo(new Chunks.ErrorPayload(error, message, offset));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void blockStatus(@ForAll long cookie, @ForAll int contextId,
                      @ForAll @Size(min = 1, max = 200) List<@IntRange(min = 1) Integer> lengths, @ForAll int flagSeed) throws Exception {
         List<BlockStatusDescriptor> descriptors = new ArrayList<>();
@@ -237,7 +237,7 @@ class RoundTripPropertiesTest {
         assertThat(Chunks.decodeBlockStatus(b)).isEqualTo(new Chunks.BlockStatusPayload(contextId, descriptors));
     }
 
-    @Property
+    @Property(seed = "20261122")
     void blockStatusLengthsAreUnsigned32Bit(@ForAll @IntRange(min = 1, max = 1000) int below) throws Exception {
         long length = 0xFFFF_FFFFL - below;
         var d = List.of(new BlockStatusDescriptor(length, Nbd.STATE_HOLE | Nbd.STATE_ZERO));
@@ -247,7 +247,7 @@ class RoundTripPropertiesTest {
         assertThat(Chunks.decodeBlockStatus(b).descriptors()).containsExactlyElementsOf(d);
     }
 
-    @Property
+    @Property(seed = "20261122")
     void stringsRoundTrip(@ForAll("names") String s) throws Exception {
         ByteBuffer b = ByteBuffer.allocate(4 + Strings.utf8(s).length);
         Strings.writePrefixed(b, s);

@@ -54,7 +54,7 @@ class HandshakeFuzzTest {
         return Combinators.combine(option, data).as(Opt::new).list().ofMaxSize(12);
     }
 
-    @Property(tries = 150)
+    @Property(tries = 150, seed = "20261122")
     void everyOptionIsAnsweredOrTheHandshakeEndsCleanly(@ForAll("sessions") List<Opt> session) throws IOException {
         try (RawClient c = RawClient.connect(fx.address)) {
             c.greeting();
@@ -78,7 +78,7 @@ class HandshakeFuzzTest {
         }
     }
 
-    @Property(tries = 100)
+    @Property(tries = 100, seed = "20261122")
     void randomBytesAfterTheGreetingNeverHangOrHurtTheServer(@ForAll byte[] junk) throws IOException {
         try (RawClient c = RawClient.connect(fx.address)) {
             c.greeting();
