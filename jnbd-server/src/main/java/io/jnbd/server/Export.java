@@ -13,9 +13,12 @@ public record Export(String name, String description, Backend backend, ExportTun
 
     /** Largest run of adjacent requests the sorted scheduler merges into one disk operation. */
     private static final long MAX_MERGE = 8L << 20;
+    private static final BatchScheduler NONE = new BatchScheduler(BatchScheduler.Policy.NONE, MAX_MERGE);
+    private static final BatchScheduler SORTED = new BatchScheduler(BatchScheduler.Policy.SORTED, MAX_MERGE);
 
+    /** The scheduler for this export's batches; stateless, so one instance per policy serves every batch. */
     public BatchScheduler scheduler() {
-        return new BatchScheduler(tuning.scheduler(), MAX_MERGE);
+        return tuning.scheduler() == BatchScheduler.Policy.SORTED ? SORTED : NONE;
     }
 
     /** Transmission flags derived from the backend's capabilities; the edge enforces the same set. */
