@@ -239,24 +239,26 @@ public final class ServeCommand implements Callable<Integer> {
         }
     }
 
+    /** Printed in one write, so that a script watching the output never sees half of it. */
     private static void printBanner(Exports registry, List<SocketAddress> bound) {
-        PrintStream out = System.out;
-        out.println("jnbd: serving " + registry.all().size() + " export(s); press Ctrl-C to stop");
+        StringBuilder out = new StringBuilder();
+        out.append("jnbd: serving ").append(registry.all().size()).append(" export(s); press Ctrl-C to stop\n");
         for (Export e : registry.all()) {
-            out.printf("  %-12s %s, %d bytes%s%s%n", e.name(), e.backend().describe(), e.backend().size(),
+            out.append(String.format("  %-12s %s, %d bytes%s%s%n", e.name(), e.backend().describe(), e.backend().size(),
                 e.name().equals(registry.defaultName()) ? " (default)" : "",
-                e.description().isEmpty() ? "" : " - " + e.description());
+                e.description().isEmpty() ? "" : " - " + e.description()));
         }
         String name = registry.defaultName();
-        out.println("Connect with:");
+        out.append("Connect with:\n");
         for (SocketAddress a : bound) {
             String uri = a instanceof InetSocketAddress inet
                 ? "nbd://" + hostForUri(inet) + ":" + inet.getPort() + "/" + name
                 : "nbd+unix:///" + name + "?socket=" + ((UnixDomainSocketAddress) a).getPath();
-            out.println("  nbdinfo " + uri);
-            out.println("  qemu-img info " + uri);
+            out.append("  nbdinfo ").append(uri).append('\n');
+            out.append("  qemu-img info ").append(uri).append('\n');
         }
-        out.flush();
+        System.out.print(out);
+        System.out.flush();
     }
 
     private static String hostForUri(InetSocketAddress a) {
