@@ -108,4 +108,51 @@ class DirectRaceTest {
             }
         }
     }
+
+    @Test
+    void oneFileExportedCachedAndDirectKeepsSubBlockWritesFromBoth() throws Exception {
+        // The direct export's read-modify-write must not undo bytes the cached export wrote meanwhile.
+        int blocks = 1024;
+        Path file = dir.resolve("both.img");
+        try (ServerFixture fx = new ServerFixture(List.of(
+                ExportSpec.parse("d", "file:" + file + ",size=" + (blocks * 4096) + ",mode=direct").openExport(),
+                ExportSpec.parse("c", "file:" + file + ",mode=cached").openExport()));
+             RawClient direct = fx.open("d"); RawClient cached = fx.open("c")) {
+            for (int round = 0; round < 3; round++) {
+                java.nio.ByteBuffer heads = java.nio.ByteBuffer.allocate(blocks * (Nbd.REQUEST_SIZE + 512));
+                java.nio.ByteBuffer tails = java.nio.ByteBuffer.allocate(blocks * (Nbd.REQUEST_SIZE + 512));
+                byte[][] head = new byte[blocks][], tail = new byte[blocks][];
+                for (int b = 0; b < blocks; b++) {
+                    long at = b * 4096L;
+                    head[b] = pattern(round * 100_000L + b, 512);
+                    tail[b] = pattern(-(round * 100_000L + b) - 1, 512);
+                    new Request(0, Nbd.CMD_WRITE, b, at, 512).encode(heads);
+                    heads.put(head[b]);
+                    new Request(0, Nbd.CMD_WRITE, b, at + 3584, 512).encode(tails);
+                    tails.put(tail[b]);
+                }
+                Thread other = Thread.ofPlatform().start(() -> {
+                    try {
+                        cached.write(tails.flip());
+                    } catch (java.io.IOException e) {
+                        throw new java.io.UncheckedIOException(e);
+                    }
+                });
+                direct.write(heads.flip());
+                other.join();
+                for (int i = 0; i < blocks; i++) {
+                    assertThat(direct.readReply().error()).isZero();
+                    assertThat(cached.readReply().error()).isZero();
+                }
+                for (RawClient c : List.of(direct, cached)) {
+                    byte[] got = c.read(0, blocks * 4096);
+                    for (int b = 0; b < blocks; b++) {
+                        int at = b * 4096;
+                        assertThat(Arrays.copyOfRange(got, at, at + 512)).as("round %d block %d head", round, b).isEqualTo(head[b]);
+                        assertThat(Arrays.copyOfRange(got, at + 3584, at + 4096)).as("round %d block %d tail", round, b).isEqualTo(tail[b]);
+                    }
+                }
+            }
+        }
+    }
 }

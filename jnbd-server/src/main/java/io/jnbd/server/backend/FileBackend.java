@@ -17,7 +17,6 @@ import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Set;
-import java.util.concurrent.locks.ReentrantReadWriteLock;
 
 /**
  * A regular file or block device. In {@code cached} mode reads and writes go through the page cache and
@@ -45,10 +44,10 @@ public final class FileBackend implements Backend {
     /**
      * A read-modify-write rewrites the whole blocks around the bytes it was asked to write, so no other change
      * to those blocks may land between its read and its write, or the write-back would undo it. Changes that
-     * need no read-modify-write share this lock; a read-modify-write holds it alone. Unused in cached mode,
-     * where nothing is read-modify-written.
+     * need no read-modify-write share this lock; a read-modify-write holds it alone. The lock belongs to the
+     * file, not to this backend: another export of the same file (cached or direct) takes it too.
      */
-    private final ReentrantReadWriteLock blockLock = new ReentrantReadWriteLock();
+    private final SharedFileLock blockLock;
     private final ByteBuffer zeroes;
 
     /**
@@ -80,6 +79,7 @@ public final class FileBackend implements Backend {
         if (!readOnly) options.add(StandardOpenOption.WRITE);
         if (mode == Mode.DIRECT) options.add(com.sun.nio.file.ExtendedOpenOption.DIRECT);
         this.channel = FileChannel.open(path, options.toArray(OpenOption[]::new));
+        this.blockLock = SharedFileLock.of(path);
         int fd = -1;
         try {
             fd = NativeIo.open(path, !readOnly).orElse(-1);
@@ -222,18 +222,18 @@ public final class FileBackend implements Backend {
     }
 
     private void lockShared() {
-        if (alignment > 1) blockLock.readLock().lock();
+        blockLock.shared().lock();
     }
 
     private void unlockShared() {
-        if (alignment > 1) blockLock.readLock().unlock();
+        blockLock.shared().unlock();
     }
 
     /** Read-modify-write of the covering aligned blocks, alone: no other change may interleave (see blockLock). */
     private void writeUnaligned(long offset, ByteBuffer src) throws IOException {
         long start = offset - offset % alignment;
         long end = roundUp(offset + src.remaining());
-        blockLock.writeLock().lock();
+        blockLock.exclusive().lock();
         try (Arena arena = Arena.ofConfined()) {
             ByteBuffer bounce = arena.allocate(end - start, alignment).asByteBuffer();
             readFully(start, bounce.duplicate());
@@ -244,7 +244,7 @@ public final class FileBackend implements Backend {
             // The last block of a file whose size is not aligned was written whole; cut the excess.
             if (end > size && !blockDevice) channel.truncate(size);
         } finally {
-            blockLock.writeLock().unlock();
+            blockLock.exclusive().unlock();
         }
     }
 
@@ -356,6 +356,7 @@ public final class FileBackend implements Backend {
             channel.close();
             if (writevFd >= 0 && writevFd != nativeFd) NativeIo.close(writevFd);
             if (nativeFd >= 0) NativeIo.close(nativeFd);
+            blockLock.close();
         }
     }
 }
