@@ -162,6 +162,7 @@ final class Connection implements Runnable {
         Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
         // Requests are read in bulk: one read system call takes in every request the client has sent so far.
         ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
+        BusyPoll poll = new BusyPoll(NativeIo.socketFd(channel), server.config().busyPoll().toNanos());
         ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
         List<InFlight> batch = new ArrayList<>();
         String end = "client disconnected";
@@ -171,7 +172,8 @@ final class Connection implements Runnable {
                     // Everything received so far is parsed: hand it over before waiting for more.
                     submit(batch, backend);
                     in.compact();
-                    int n = channel.read(in);
+                    int n = poll.poll(in);
+                    if (n == 0) n = channel.read(in);
                     in.flip();
                     if (n < 0) {
                         if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");

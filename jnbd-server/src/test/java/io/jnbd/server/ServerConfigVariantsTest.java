@@ -53,7 +53,7 @@ class ServerConfigVariantsTest {
     void connectionsBeyondTheLimitAreRefusedAndTheLimitFreesUp() throws Exception {
         ServerConfig d = ServerConfig.defaults();
         ServerConfig config = new ServerConfig(d.handshakeTimeout(), 2, d.requestsInFlight(), d.bufferBudget(),
-            d.maxPayload(), d.writeDiscardLimit(), d.ioThreads(), d.sendTimeout());
+            d.maxPayload(), d.writeDiscardLimit(), d.ioThreads(), d.sendTimeout(), d.busyPoll());
         try (ServerFixture fx = new ServerFixture(memory(), config)) {
             RawClient a = fx.open("m");
             RawClient b = fx.open("m");

@@ -54,6 +54,7 @@ public final class NativeIo {
     private static final MethodHandle SEND;
     private static final MethodHandle PREADV2;
     private static final MethodHandle SENDMSG;
+    private static final MethodHandle RECV;
     private static final int MSG_DONTWAIT = 0x40;
     private static final int MSG_NOSIGNAL = 0x4000;
     /** struct msghdr on LP64 Linux. */
@@ -84,7 +85,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
-        MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null;
+        MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null, recv = null;
         StructLayout capture = null;
         VarHandle errno = null;
         boolean ok = false;
@@ -123,6 +124,9 @@ public final class NativeIo {
                 sendmsg = linker.downcallHandle(libc.find("sendmsg").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
                         ValueLayout.JAVA_INT), ccs);
+                recv = linker.downcallHandle(libc.find("recv").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
+                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
                 ok = true;
             }
         } catch (Throwable t) {
@@ -132,6 +136,7 @@ public final class NativeIo {
         SEND = send;
         PREADV2 = preadv2;
         SENDMSG = sendmsg;
+        RECV = recv;
         SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
@@ -370,6 +375,35 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("sendmsg", t);
+        }
+    }
+
+    /**
+     * Receives into {@code dst} (a direct buffer, position to limit) what the socket holds, without waiting
+     * (recv with MSG_DONTWAIT), and advances its position. Returns the bytes received, 0 when nothing is
+     * there yet, -1 at end of stream.
+     */
+    public static int recvWithoutWaiting(int socketFd, ByteBuffer dst) throws IOException {
+        MemorySegment[] scratch = SEND_SCRATCH.get();
+        MemorySegment state = scratch[0];
+        MemorySegment target = MemorySegment.ofBuffer(dst);
+        try {
+            while (true) {
+                long n = (long) RECV.invokeExact(state, socketFd, target, target.byteSize(), MSG_DONTWAIT);
+                if (n > 0) {
+                    dst.position(dst.position() + (int) n);
+                    return (int) n;
+                }
+                if (n == 0) return target.byteSize() == 0 ? 0 : -1;
+                int e = errno(state);
+                if (e == EINTR) continue;
+                if (e == EAGAIN) return 0;
+                throw new ErrnoException("recv", e);
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("recv", t);
         }
     }
 

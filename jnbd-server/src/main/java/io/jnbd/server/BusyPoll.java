@@ -1,0 +1,88 @@
+package io.jnbd.server;
+
+import io.jnbd.server.io.NativeIo;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Polls a connection's socket for a little while before its reader goes to sleep, when that pays.
+ *
+ * <p>A client that sends one request at a time waits for each reply, so every request finds the reader
+ * asleep; waking it costs more than serving a cached 4 KiB read (on a virtual machine an idle CPU must be
+ * woken by an interrupt first: 20-40 µs here). Polling for the next request instead cuts that latency
+ * by half. Polling only pays when the next request comes soon but not at once: when requests are
+ * already waiting (a deep queue, a stream of large transfers) the reader rarely waits, and polling for
+ * the few microseconds it does would only take CPU from the client. So a connection polls while the gaps
+ * it sees average between {@link #MIN_GAP_NANOS} and the limit, sleeps otherwise, and polls once in a while
+ * anyway to notice when the pattern changes. At most half the CPUs poll at once, and a poll that comes up
+ * empty makes the next ones rarer.
+ */
+final class BusyPoll {
+    /** Below this mean gap blocking costs the client nothing noticeable: the reader is woken almost at once. */
+    static final long MIN_GAP_NANOS = 5_000;
+    private static final int PROBE_EVERY = 64;
+    private static final int MAX_POLLERS = Math.max(1, Runtime.getRuntime().availableProcessors() / 2);
+    private static final AtomicInteger POLLERS = new AtomicInteger();
+
+    private final int fd;
+    private final long limitNanos;
+    private long meanGap;
+    private int waits, misses, skip;
+
+    /** {@code fd}: the socket's descriptor (-1 disables polling); {@code limitNanos}: the longest poll, 0 disables. */
+    BusyPoll(int fd, long limitNanos) {
+        this.fd = limitNanos > 0 && NativeIo.AVAILABLE ? fd : -1;
+        this.limitNanos = limitNanos;
+        this.meanGap = limitNanos / 4; // start by trying: a fresh connection is often a latency-bound one
+    }
+
+    /**
+     * Polls for bytes into {@code in}; returns what {@link NativeIo#recvWithoutWaiting} returned: bytes
+     * received, -1 at end of stream, or 0 when the caller should block in an ordinary read.
+     */
+    int poll(ByteBuffer in) throws IOException {
+        if (fd < 0) return 0;
+        boolean probe = ++waits % PROBE_EVERY == 0;
+        if (!probe) {
+            if (skip > 0) {
+                skip--;
+                return 0;
+            }
+            if (meanGap < MIN_GAP_NANOS) return 0;
+        }
+        if (POLLERS.incrementAndGet() > MAX_POLLERS) {
+            POLLERS.decrementAndGet();
+            return 0;
+        }
+        long start = 0, now = 0;
+        try {
+            int n = NativeIo.recvWithoutWaiting(fd, in);
+            if (n != 0) {
+                learn(0); // already there: the caller's read would not have slept either
+                return n;
+            }
+            start = now = System.nanoTime();
+            do {
+                Thread.onSpinWait();
+                n = NativeIo.recvWithoutWaiting(fd, in);
+                if (n != 0) {
+                    learn(System.nanoTime() - start);
+                    misses = 0;
+                    return n;
+                }
+                now = System.nanoTime();
+            } while (now - start < limitNanos);
+        } finally {
+            POLLERS.decrementAndGet();
+        }
+        learn(now - start);
+        misses = Math.min(misses + 1, 8);
+        skip = (1 << misses) - 1;
+        return 0;
+    }
+
+    private void learn(long gap) {
+        meanGap += (gap - meanGap) / 8;
+    }
+}
