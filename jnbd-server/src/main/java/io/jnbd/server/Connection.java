@@ -172,7 +172,9 @@ final class Connection implements Runnable {
                     // Everything received so far is parsed: hand it over before waiting for more.
                     submit(batch, backend);
                     in.compact();
-                    int n = poll.poll(in);
+                    // Requests still being served will reply on their own time: then the CPU is better
+                    // left to the I/O threads than spent polling for the next request.
+                    int n = inFlight.availablePermits() == window ? poll.poll(in) : 0;
                     if (n == 0) n = channel.read(in);
                     in.flip();
                     if (n < 0) {
