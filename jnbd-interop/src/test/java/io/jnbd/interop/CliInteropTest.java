@@ -40,6 +40,7 @@ class CliInteropTest {
         assertThat(help.exitCode()).as(help.toString()).isZero();
         assertThat(help.output()).contains(
             "--listen", "--unix", "--export", "--config", "--default-export", "--stats-interval",
+            "--send-timeout", "--busy-poll", "--io-threads", "--requests-in-flight", "--buffer-memory",
             "file:", "memory:", "size=", "readonly", "mode=", "cached", "direct", "description=");
     }
 
@@ -65,6 +66,14 @@ class CliInteropTest {
             "--export", "x=file:/nonexistent-dir/x.img");
         assertThat(result.exitCode()).as(result.toString()).isNotZero();
         assertOneLineError(result, "/nonexistent-dir/x.img");
+    }
+
+    @Test
+    void busyPollOutOfRangeIsOneLineAndNonZero() {
+        Interop.Result result = jnbd("serve", "--listen", "127.0.0.1:" + Interop.freePort(), "--busy-poll", "-5",
+            "--export", "m=memory:1M");
+        assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
+        assertOneLineError(result, "--busy-poll");
     }
 
     @Test
