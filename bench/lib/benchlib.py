@@ -227,9 +227,9 @@ def jdk_home():
     return None
 
 
-def build_jnbd():
+def build_jnbd(root=ROOT):
     """bin/jnbd builds the project when the build is missing or stale; do it once, up front."""
-    jnbd = os.path.join(ROOT, "bin", "jnbd")
+    jnbd = os.path.join(root, "bin", "jnbd")
     if not os.path.exists(jnbd):
         return False
     log("bench: building jnbd if stale (bin/jnbd --version)")
@@ -403,10 +403,10 @@ def qemu_nbd(path, port=None, name="qemu-nbd", extra=()):
                          "-p", str(port), "-x", "bench", *extra, path], port)
 
 
-def jnbd(exports, port=None, name="jnbd", extra=(), java_opts=None):
-    """exports: list of NAME=SPEC strings."""
+def jnbd(exports, port=None, name="jnbd", extra=(), java_opts=None, root=ROOT):
+    """exports: list of NAME=SPEC strings; root: the checkout whose bin/jnbd (and build) to run."""
     port = port or free_port()
-    argv = [os.path.join(ROOT, "bin", "jnbd"), "serve", "--listen", f"127.0.0.1:{port}"]
+    argv = [os.path.join(root, "bin", "jnbd"), "serve", "--listen", f"127.0.0.1:{port}"]
     for e in exports:
         argv += ["--export", e]
     argv += list(extra)
