@@ -38,7 +38,7 @@ import picocli.CommandLine.Option;
         "  split=SIZE,chunk=SIZE,streams=N",
         "                     reads above split are read in chunks, streams at a",
         "                     time, each sent as soon as it is read (direct and",
-        "                     memory exports; defaults 1M, 1M, 4)",
+        "                     memory exports; defaults 1M, 512K, 4)",
         "  scheduler=none     requests go to disk as they arrive (default)",
         "  scheduler=sorted   each batch that arrived together is sorted by offset",
         "                     and adjacent reads or writes are merged",
