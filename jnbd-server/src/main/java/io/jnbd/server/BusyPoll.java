@@ -14,9 +14,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * by half. Polling only pays when the next request comes soon but not at once: when requests are
  * already waiting (a deep queue, a stream of large transfers) the reader rarely waits, and polling for
  * the few microseconds it does would only take CPU from the client. So a connection polls while the gaps
- * it sees average between {@link #MIN_GAP_NANOS} and the limit, sleeps otherwise, and polls once in a while
- * anyway to notice when the pattern changes. At most half the CPUs poll at once, and a poll that comes up
- * empty makes the next ones rarer.
+ * it sees average {@link #MIN_GAP_NANOS} or more, sleeps otherwise, and polls once in a while anyway to
+ * notice when the pattern changes. A poll that reaches the limit empty-handed makes the next ones rarer
+ * (a slow or idle client costs one wasted poll in up to 256 waits), and at most half the CPUs poll at once.
  */
 final class BusyPoll {
     /** Below this mean gap blocking costs the client nothing noticeable: the reader is woken almost at once. */
