@@ -31,7 +31,9 @@ class QemuIoInteropTest {
         server = JnbdServer.start(dir,
             "--export", "cached=file:" + dir.resolve("cached.img") + ",size=64M",
             "--export", "direct=file:" + dir.resolve("direct.img") + ",size=64M,mode=direct",
-            "--export", "mem=memory:64M");
+            "--export", "mem=memory:64M",
+            // the cached export's file once more, in direct mode
+            "--export", "cached-direct=file:" + dir.resolve("cached.img") + ",mode=direct");
     }
 
     @AfterAll
@@ -116,5 +118,15 @@ class QemuIoInteropTest {
         // One connection writes through O_DIRECT, a fresh one reads back: nothing is lost between them.
         qemuIo("direct", List.of("write -P 0x6b 44M 1M", "flush"));
         qemuIo("direct", List.of("read -P 0x6b 44M 1M"));
+    }
+
+    @Test
+    void oneFileExportedInBothModesShowsEachExportTheOthersWrites() {
+        qemuIo("cached", List.of("write -P 0x21 48M 1M", "flush"));
+        qemuIo("cached-direct", List.of("read -P 0x21 48M 1M",
+            // a sub-block write through the direct export: a read-modify-write of its 4K block
+            "write -P 0x22 48.5M 512"));
+        qemuIo("cached", List.of("read -P 0x21 48M 512k", "read -P 0x22 48.5M 512", "read -P 0x21 " + ((48L << 20) + (512 << 10) + 512) + " 4096"));
+        qemuIo("cached-direct", List.of("read -P 0x22 48.5M 512", "read -P 0x21 " + ((48L << 20) + (512 << 10) + 512) + " 4096"));
     }
 }
