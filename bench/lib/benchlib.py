@@ -422,6 +422,17 @@ def jnbd(exports, port=None, name="jnbd", extra=(), java_opts=None, root=ROOT):
 
 # ---------------------------------------------------------------- fio
 
+# The fio matrix of issue 4, shared by bench/peers, bench/ab and bench/profile:
+# key, fio --rw, --bs, --iodepth, the headline metric, the label in tables.
+MATRIX = [
+    ("seqread", "read", "1M", 8, "MBps", "read 1M QD8"),
+    ("randread32", "randread", "4k", 32, "iops", "randread 4k QD32"),
+    ("randread1", "randread", "4k", 1, "iops", "randread 4k QD1"),
+    ("seqwrite", "write", "1M", 8, "MBps", "write 1M QD8"),
+    ("randwrite32", "randwrite", "4k", 32, "iops", "randwrite 4k QD32"),
+]
+LABEL = {m[0]: m[5] for m in MATRIX}
+
 
 def fio_version():
     try:
