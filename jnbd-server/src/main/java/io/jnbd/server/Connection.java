@@ -176,7 +176,7 @@ final class Connection implements Runnable {
                     in.compact();
                     // Requests still being served will reply on their own time: then the CPU is better
                     // left to the I/O threads than spent polling for the next request.
-                    int n = inFlight.availablePermits() == window ? poll.poll(in) : 0;
+                    int n = requestsInFlight() == 0 ? poll.poll(in) : 0;
                     if (n == 0) n = channel.read(in);
                     in.flip();
                     if (n < 0) {
@@ -326,6 +326,11 @@ final class Connection implements Runnable {
         emit(ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), source, fd, r.offset(), r.length(), f));
     }
 
+    /** Requests read and not yet answered in full (each holds a permit of the window until its reply is sent). */
+    private int requestsInFlight() {
+        return window - inFlight.availablePermits();
+    }
+
     /** The last part of a request's reply is on the wire (or the connection is gone). */
     private void completed(InFlight f) {
         f.releasePayload();
@@ -389,7 +394,7 @@ final class Connection implements Runnable {
             inline.addAll(tasks);
             tasks.clear();
         } else if (tasks.size() == 1 && plan.ops().size() == 1 && plan.ops().getFirst().length() <= INLINE_DISK_MAX
-                && inFlight.availablePermits() == window - 1) {
+                && requestsInFlight() == 1) {
             // The connection's only request, and small (a client at queue depth 1): this thread would only
             // wait for its reply, so it does the disk I/O itself and spares the wake-up of an I/O thread,
             // which on an idle VM costs as much as a small O_DIRECT read.
