@@ -43,6 +43,9 @@ final class Connection implements Runnable {
     /** A lone request up to this size does its disk I/O on this thread (see submit). */
     private static final int INLINE_DISK_MAX = 64 * 1024;
     private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
+    /** Payload rests from this size up are read with a raised receive low-water mark (see readPayload). */
+    private static final int PAYLOAD_LOW_WATER_MIN = 128 * 1024;
+    private static final int PAYLOAD_LOW_WATER_MAX = 1 << 20;
 
     private final NbdServer server;
     private final SocketChannel channel;
@@ -162,7 +165,8 @@ final class Connection implements Runnable {
         Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
         // Requests are read in bulk: one read system call takes in every request the client has sent so far.
         ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
-        BusyPoll poll = new BusyPoll(NativeIo.socketFd(channel), server.config().busyPoll().toNanos());
+        int socketFd = NativeIo.socketFd(channel);
+        BusyPoll poll = new BusyPoll(socketFd, server.config().busyPoll().toNanos());
         ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
         List<InFlight> batch = new ArrayList<>();
         String end = "client disconnected";
@@ -229,7 +233,7 @@ final class Connection implements Runnable {
                     dst.put(in.slice(in.position(), buffered));
                     in.position(in.position() + buffered);
                     try {
-                        Channels.readExactly(channel, dst);
+                        readPayload(dst, socketFd);
                     } catch (IOException e) {
                         completed(f);
                         throw e;
@@ -251,6 +255,42 @@ final class Connection implements Runnable {
             if (drained) inFlight.release(window);
         }
         return end;
+    }
+
+    /**
+     * Reads the rest of a write payload from the socket. For a large rest the socket's receive low-water mark
+     * is raised to it (at most {@link #PAYLOAD_LOW_WATER_MAX}) and this thread polls, so the kernel wakes it
+     * once when the bytes are there instead of once per segment. Those wake-ups are paid for by the client's
+     * sending thread, which sets the pace of a stream of large writes. Nothing is read until the poll says
+     * the mark is reached: a blocking read that had copied part of the bytes could wait forever (the kernel
+     * counts only bytes not yet copied against the mark).
+     */
+    private void readPayload(ByteBuffer dst, int socketFd) throws IOException {
+        if (socketFd < 0 || dst.remaining() < PAYLOAD_LOW_WATER_MIN) {
+            Channels.readExactly(channel, dst);
+            return;
+        }
+        int lowWater = 1;
+        try {
+            while (dst.hasRemaining()) {
+                // Never above what is still to come: the poll would wait for bytes the client does not owe.
+                int want = Math.min(dst.remaining(), PAYLOAD_LOW_WATER_MAX);
+                if (want != lowWater) NativeIo.setReceiveLowWater(socketFd, lowWater = want);
+                // The timeout only bounds how long a wake-up the kernel might not give is waited for.
+                NativeIo.waitReadable(socketFd, 1000);
+                if (NativeIo.recvWithoutWaiting(socketFd, dst) < 0) {
+                    throw new EOFException("peer closed the connection in the middle of a write payload");
+                }
+            }
+        } finally {
+            if (lowWater != 1) {
+                try {
+                    NativeIo.setReceiveLowWater(socketFd, 1);
+                } catch (IOException e) {
+                    log.debug("{}: could not reset SO_RCVLOWAT: {}", peer, e.toString()); // the socket is going away
+                }
+            }
+        }
     }
 
     /**

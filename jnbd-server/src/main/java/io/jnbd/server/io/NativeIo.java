@@ -55,6 +55,11 @@ public final class NativeIo {
     private static final MethodHandle PREADV2;
     private static final MethodHandle SENDMSG;
     private static final MethodHandle RECV;
+    private static final MethodHandle SETSOCKOPT;
+    private static final MethodHandle POLL;
+    private static final short POLLIN = 0x1;
+    private static final int SOL_SOCKET = 1;
+    private static final int SO_RCVLOWAT = 18;
     private static final int MSG_DONTWAIT = 0x40;
     private static final int MSG_NOSIGNAL = 0x4000;
     /** struct msghdr on LP64 Linux. */
@@ -85,7 +90,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
-        MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null, recv = null;
+        MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null, recv = null, setsockopt = null, poll = null;
         StructLayout capture = null;
         VarHandle errno = null;
         boolean ok = false;
@@ -127,6 +132,12 @@ public final class NativeIo {
                 recv = linker.downcallHandle(libc.find("recv").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
                         ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
+                setsockopt = linker.downcallHandle(libc.find("setsockopt").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                        ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT), ccs);
+                poll = linker.downcallHandle(libc.find("poll").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG,
+                        ValueLayout.JAVA_INT), ccs);
                 ok = true;
             }
         } catch (Throwable t) {
@@ -137,6 +148,8 @@ public final class NativeIo {
         PREADV2 = preadv2;
         SENDMSG = sendmsg;
         RECV = recv;
+        SETSOCKOPT = setsockopt;
+        POLL = poll;
         SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
@@ -404,6 +417,53 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("recv", t);
+        }
+    }
+
+    /**
+     * Sets the socket's receive low-water mark (SO_RCVLOWAT): the socket then polls readable only once that
+     * many bytes are waiting, and the kernel does not wake a poller for each segment that arrives before.
+     * Only {@link #waitReadable} should wait on a socket with a raised mark: a blocking recv that has already
+     * copied part of its bytes counts only what arrives afterwards against the mark, and can sleep forever.
+     */
+    public static void setReceiveLowWater(int socketFd, int bytes) throws IOException {
+        MemorySegment[] scratch = SEND_SCRATCH.get();
+        MemorySegment state = scratch[0];
+        MemorySegment value = scratch[1].asSlice(0, 4); // this thread is not inside sendHeaderAndFile now
+        value.set(ValueLayout.JAVA_INT, 0, bytes);
+        try {
+            int r = (int) SETSOCKOPT.invokeExact(state, socketFd, SOL_SOCKET, SO_RCVLOWAT, value, 4);
+            if (r < 0) throw new ErrnoException("setsockopt(SO_RCVLOWAT)", errno(state));
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("setsockopt", t);
+        }
+    }
+
+    /**
+     * Waits until the socket is readable (its low-water mark of bytes is there, or it is shut down, closed by
+     * the peer or failed) or {@code timeoutMillis} pass. Returns false on timeout. A signal ends the wait early.
+     */
+    public static boolean waitReadable(int socketFd, int timeoutMillis) throws IOException {
+        MemorySegment[] scratch = SEND_SCRATCH.get();
+        MemorySegment state = scratch[0];
+        MemorySegment pollfd = scratch[1].asSlice(0, 8); // struct pollfd { int fd; short events, revents; }
+        pollfd.set(ValueLayout.JAVA_INT, 0, socketFd);
+        pollfd.set(ValueLayout.JAVA_SHORT, 4, POLLIN);
+        pollfd.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
+        try {
+            int r = (int) POLL.invokeExact(state, pollfd, 1L, timeoutMillis);
+            if (r < 0) {
+                int e = errno(state);
+                if (e == EINTR) return true; // the caller's recv finds out what there is
+                throw new ErrnoException("poll", e);
+            }
+            return r > 0;
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("poll", t);
         }
     }
 
