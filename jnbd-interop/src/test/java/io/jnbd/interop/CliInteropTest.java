@@ -40,7 +40,7 @@ class CliInteropTest {
         assertThat(help.exitCode()).as(help.toString()).isZero();
         assertThat(help.output()).contains(
             "--listen", "--unix", "--export", "--config", "--default-export", "--stats-interval",
-            "--send-timeout", "--busy-poll", "--io-threads", "--requests-in-flight", "--buffer-memory",
+            "--send-timeout", "--busy-poll", "--send-buffer", "--io-threads", "--requests-in-flight", "--buffer-memory",
             "file:", "memory:", "size=", "readonly", "mode=", "cached", "direct", "description=");
     }
 
@@ -74,6 +74,15 @@ class CliInteropTest {
             "--export", "m=memory:1M");
         assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
         assertOneLineError(result, "--busy-poll");
+    }
+
+    @ParameterizedTest(name = "--send-buffer {0}")
+    @CsvSource({"1K", "huge", "1G"})
+    void badSendBufferIsOneLineAndNonZero(String value) {
+        Interop.Result result = jnbd("serve", "--listen", "127.0.0.1:" + Interop.freePort(), "--send-buffer", value,
+            "--export", "m=memory:1M");
+        assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
+        assertOneLineError(result, "--send-buffer");
     }
 
     @Test

@@ -116,6 +116,16 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
+    /** Whether a peer's address is one of this host's own: its traffic then goes over loopback. */
+    static boolean onThisHost(java.net.InetAddress address) {
+        if (address.isLoopbackAddress() || address.isAnyLocalAddress()) return true;
+        try {
+            return java.net.NetworkInterface.getByInetAddress(address) != null;
+        } catch (IOException e) {
+            return false;
+        }
+    }
+
     public static String describe(SocketAddress a) {
         if (a instanceof InetSocketAddress inet) return inet.getHostString() + ":" + inet.getPort();
         return a.toString();
@@ -145,9 +155,13 @@ public final class NbdServer implements AutoCloseable {
                 continue;
             }
             try {
-                if (ch.getRemoteAddress() instanceof InetSocketAddress) ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                if (ch.getRemoteAddress() instanceof InetSocketAddress remote) {
+                    ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                    int sendBuffer = config.sendBufferFor(onThisHost(remote.getAddress()));
+                    if (sendBuffer > 0) ch.setOption(StandardSocketOptions.SO_SNDBUF, sendBuffer);
+                }
             } catch (IOException ignored) {
-                // the option is an optimisation only
+                // the options are optimisations only
             }
             Connection c = new Connection(this, ch, peer);
             connections.add(c);

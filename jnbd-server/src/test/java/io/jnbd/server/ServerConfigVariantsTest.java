@@ -2,6 +2,7 @@ package io.jnbd.server;
 
 import static io.jnbd.server.ServerFixture.pattern;
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
@@ -50,10 +51,38 @@ class ServerConfigVariantsTest {
     }
 
     @Test
+    void theSendBufferIsFixedForClientsOnThisHostAndLeftToTheKernelForOthersUnlessSet() throws Exception {
+        ServerConfig auto = ServerConfig.defaults();
+        assertThat(auto.sendBufferFor(true)).isEqualTo(ServerConfig.LOCAL_SEND_BUFFER);
+        assertThat(auto.sendBufferFor(false)).as("autotuning for remote clients").isZero();
+        ServerConfig kernel = auto.withSendBuffer(ServerConfig.SEND_BUFFER_KERNEL);
+        assertThat(kernel.sendBufferFor(true)).isZero();
+        ServerConfig fixed = auto.withSendBuffer(1 << 20);
+        assertThat(fixed.sendBufferFor(true)).isEqualTo(1 << 20);
+        assertThat(fixed.sendBufferFor(false)).isEqualTo(1 << 20);
+        assertThatThrownBy(() -> auto.withSendBuffer(-2)).isInstanceOf(IllegalArgumentException.class);
+
+        assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("127.0.0.1"))).isTrue();
+        assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("::1"))).isTrue();
+        assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("192.0.2.1"))).as("TEST-NET-1").isFalse();
+    }
+
+    @Test
+    void aFixedSmallSendBufferStillCarriesLargeReadsWhole() throws Exception {
+        ServerConfig config = ServerConfig.defaults().withSendBuffer(16 << 10);
+        try (ServerFixture fx = new ServerFixture(memory(), config); RawClient c = fx.open("m")) {
+            byte[] data = pattern(5, 4 << 20);
+            assertThat(c.write(0, data, 0)).isZero();
+            assertThat(c.read(0, data.length)).isEqualTo(data);
+            c.disconnect();
+        }
+    }
+
+    @Test
     void connectionsBeyondTheLimitAreRefusedAndTheLimitFreesUp() throws Exception {
         ServerConfig d = ServerConfig.defaults();
         ServerConfig config = new ServerConfig(d.handshakeTimeout(), 2, d.requestsInFlight(), d.bufferBudget(),
-            d.maxPayload(), d.writeDiscardLimit(), d.ioThreads(), d.sendTimeout(), d.busyPoll());
+            d.maxPayload(), d.writeDiscardLimit(), d.ioThreads(), d.sendTimeout(), d.busyPoll(), d.sendBuffer());
         try (ServerFixture fx = new ServerFixture(memory(), config)) {
             RawClient a = fx.open("m");
             RawClient b = fx.open("m");
