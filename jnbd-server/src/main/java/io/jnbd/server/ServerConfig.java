@@ -53,31 +53,62 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
     }
 
     public ServerConfig withHandshakeTimeout(Duration d) {
-        return new ServerConfig(d, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer);
+        return change(c -> c.handshakeTimeout = d);
     }
 
     public ServerConfig withRequestsInFlight(int n) {
-        return new ServerConfig(handshakeTimeout, maxConnections, n, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer);
+        return change(c -> c.requestsInFlight = n);
     }
 
     public ServerConfig withIoThreads(int n) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, n, sendTimeout, busyPoll, sendBuffer);
+        return change(c -> c.ioThreads = n);
     }
 
     public ServerConfig withSendTimeout(Duration d) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, d, busyPoll, sendBuffer);
+        return change(c -> c.sendTimeout = d);
     }
 
     public ServerConfig withBusyPoll(Duration d) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, sendTimeout, d, sendBuffer);
+        return change(c -> c.busyPoll = d);
     }
 
     /** A size in bytes, {@link #SEND_BUFFER_AUTO} or {@link #SEND_BUFFER_KERNEL}. */
     public ServerConfig withSendBuffer(int bytes) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload, writeDiscardLimit, ioThreads, sendTimeout, busyPoll, bytes);
+        return change(c -> c.sendBuffer = bytes);
     }
 
     public ServerConfig withBufferBudget(long bytes) {
-        return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bytes, maxPayload, writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer);
+        return change(c -> c.bufferBudget = bytes);
+    }
+
+    /** A copy with one change: each with-method names only its own field, and a new field touches only Copy. */
+    private ServerConfig change(java.util.function.Consumer<Copy> edit) {
+        Copy c = new Copy(this);
+        edit.accept(c);
+        return c.build();
+    }
+
+    private static final class Copy {
+        Duration handshakeTimeout, sendTimeout, busyPoll;
+        int maxConnections, requestsInFlight, maxPayload, ioThreads, sendBuffer;
+        long bufferBudget, writeDiscardLimit;
+
+        Copy(ServerConfig c) {
+            handshakeTimeout = c.handshakeTimeout;
+            maxConnections = c.maxConnections;
+            requestsInFlight = c.requestsInFlight;
+            bufferBudget = c.bufferBudget;
+            maxPayload = c.maxPayload;
+            writeDiscardLimit = c.writeDiscardLimit;
+            ioThreads = c.ioThreads;
+            sendTimeout = c.sendTimeout;
+            busyPoll = c.busyPoll;
+            sendBuffer = c.sendBuffer;
+        }
+
+        ServerConfig build() {
+            return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload,
+                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer);
+        }
     }
 }

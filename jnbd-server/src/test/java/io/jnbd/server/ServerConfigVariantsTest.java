@@ -51,6 +51,24 @@ class ServerConfigVariantsTest {
     }
 
     @Test
+    void eachWithMethodChangesOnlyItsOwnSetting() {
+        ServerConfig d = ServerConfig.defaults();
+        // Changing one setting and restoring it gives the defaults back only if nothing else moved.
+        assertThat(d.withHandshakeTimeout(java.time.Duration.ofSeconds(3)).handshakeTimeout()).hasSeconds(3);
+        assertThat(d.withHandshakeTimeout(java.time.Duration.ofSeconds(3)).withHandshakeTimeout(d.handshakeTimeout())).isEqualTo(d);
+        assertThat(d.withRequestsInFlight(7).requestsInFlight()).isEqualTo(7);
+        assertThat(d.withRequestsInFlight(7).withRequestsInFlight(d.requestsInFlight())).isEqualTo(d);
+        assertThat(d.withIoThreads(3).ioThreads()).isEqualTo(3);
+        assertThat(d.withIoThreads(3).withIoThreads(d.ioThreads())).isEqualTo(d);
+        assertThat(d.withSendTimeout(java.time.Duration.ofSeconds(9)).withSendTimeout(d.sendTimeout())).isEqualTo(d);
+        assertThat(d.withBusyPoll(java.time.Duration.ZERO).busyPoll()).isZero();
+        assertThat(d.withBusyPoll(java.time.Duration.ZERO).withBusyPoll(d.busyPoll())).isEqualTo(d);
+        assertThat(d.withSendBuffer(1 << 20).withSendBuffer(d.sendBuffer())).isEqualTo(d);
+        assertThat(d.withBufferBudget(1 << 20).bufferBudget()).isEqualTo(1 << 20);
+        assertThat(d.withBufferBudget(1 << 20).withBufferBudget(d.bufferBudget())).isEqualTo(d);
+    }
+
+    @Test
     void theSendBufferIsFixedForClientsOnThisHostAndLeftToTheKernelForOthersUnlessSet() throws Exception {
         ServerConfig auto = ServerConfig.defaults();
         assertThat(auto.sendBufferFor(true)).isEqualTo(ServerConfig.LOCAL_SEND_BUFFER);
