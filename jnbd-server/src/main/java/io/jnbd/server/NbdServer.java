@@ -157,7 +157,7 @@ public final class NbdServer implements AutoCloseable {
             try {
                 if (ch.getRemoteAddress() instanceof InetSocketAddress remote) {
                     ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
-                    int sendBuffer = config.sendBufferFor(onThisHost(remote.getAddress()));
+                    int sendBuffer = config.sendBufferFor(() -> onThisHost(remote.getAddress()));
                     if (sendBuffer > 0) ch.setOption(StandardSocketOptions.SO_SNDBUF, sendBuffer);
                 }
             } catch (IOException ignored) {

@@ -41,9 +41,12 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
         if (sendBuffer < SEND_BUFFER_AUTO) throw new IllegalArgumentException("send buffer must be a size, auto or kernel");
     }
 
-    /** The SO_SNDBUF to set on a TCP connection, or 0 to leave it to the kernel. */
-    public int sendBufferFor(boolean peerOnThisHost) {
-        if (sendBuffer == SEND_BUFFER_AUTO) return peerOnThisHost ? LOCAL_SEND_BUFFER : 0;
+    /**
+     * The SO_SNDBUF to set on a TCP connection, or 0 to leave it to the kernel. {@code peerOnThisHost} is
+     * asked only in {@link #SEND_BUFFER_AUTO} mode, as it may look through the host's interfaces.
+     */
+    public int sendBufferFor(java.util.function.BooleanSupplier peerOnThisHost) {
+        if (sendBuffer == SEND_BUFFER_AUTO) return peerOnThisHost.getAsBoolean() ? LOCAL_SEND_BUFFER : 0;
         return sendBuffer;
     }
 

@@ -71,13 +71,13 @@ class ServerConfigVariantsTest {
     @Test
     void theSendBufferIsFixedForClientsOnThisHostAndLeftToTheKernelForOthersUnlessSet() throws Exception {
         ServerConfig auto = ServerConfig.defaults();
-        assertThat(auto.sendBufferFor(true)).isEqualTo(ServerConfig.LOCAL_SEND_BUFFER);
-        assertThat(auto.sendBufferFor(false)).as("autotuning for remote clients").isZero();
+        assertThat(auto.sendBufferFor(() -> true)).isEqualTo(ServerConfig.LOCAL_SEND_BUFFER);
+        assertThat(auto.sendBufferFor(() -> false)).as("autotuning for remote clients").isZero();
         ServerConfig kernel = auto.withSendBuffer(ServerConfig.SEND_BUFFER_KERNEL);
-        assertThat(kernel.sendBufferFor(true)).isZero();
+        assertThat(kernel.sendBufferFor(() -> true)).isZero();
         ServerConfig fixed = auto.withSendBuffer(1 << 20);
-        assertThat(fixed.sendBufferFor(true)).isEqualTo(1 << 20);
-        assertThat(fixed.sendBufferFor(false)).isEqualTo(1 << 20);
+        assertThat(fixed.sendBufferFor(() -> true)).isEqualTo(1 << 20);
+        assertThat(fixed.sendBufferFor(() -> false)).isEqualTo(1 << 20);
         assertThatThrownBy(() -> auto.withSendBuffer(-2)).isInstanceOf(IllegalArgumentException.class);
 
         assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("127.0.0.1"))).isTrue();
