@@ -57,6 +57,12 @@ public final class NativeIo {
     private static final MethodHandle RECV;
     private static final MethodHandle SETSOCKOPT;
     private static final MethodHandle POLL;
+    private static final MethodHandle MMAP;
+    private static final MethodHandle MUNMAP;
+    private static final MethodHandle MADVISE;
+    private static final int PROT_READ_WRITE = 0x3;
+    private static final int MAP_PRIVATE_ANONYMOUS = 0x22;
+    private static final int MADV_HUGEPAGE = 14;
     private static final short POLLIN = 0x1;
     private static final int SOL_SOCKET = 1;
     private static final int SO_RCVLOWAT = 18;
@@ -91,6 +97,7 @@ public final class NativeIo {
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
         MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null, recv = null, setsockopt = null, poll = null;
+        MethodHandle mmap = null, munmap = null, madvise = null;
         StructLayout capture = null;
         VarHandle errno = null;
         boolean ok = false;
@@ -138,6 +145,14 @@ public final class NativeIo {
                 poll = linker.downcallHandle(libc.find("poll").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG,
                         ValueLayout.JAVA_INT), ccs);
+                mmap = linker.downcallHandle(libc.find("mmap").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
+                        ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG));
+                munmap = linker.downcallHandle(libc.find("munmap").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG));
+                madvise = linker.downcallHandle(libc.find("madvise").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
+                        ValueLayout.JAVA_INT));
                 ok = true;
             }
         } catch (Throwable t) {
@@ -150,6 +165,7 @@ public final class NativeIo {
         RECV = recv;
         SETSOCKOPT = setsockopt;
         POLL = poll;
+        MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
         SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
@@ -464,6 +480,43 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("poll", t);
+        }
+    }
+
+    /**
+     * Maps {@code length} bytes of zeroed anonymous memory at an address that is a multiple of
+     * {@code alignment} (a power of two), asks for transparent huge pages on it, and ties it to
+     * {@code arena}: closing the arena unmaps it. Returns null when the mapping fails; the caller then
+     * allocates as usual. Huge pages are only asked for: where the kernel has none to give, or
+     * transparent huge pages are off, the memory is ordinary pages and works the same.
+     */
+    public static MemorySegment mapAligned(long length, long alignment, Arena arena) {
+        if (!AVAILABLE) return null;
+        try {
+            long span = length + alignment;
+            long base = (long) MMAP.invokeExact(0L, span, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS, -1, 0L);
+            if (base == -1L) return null;
+            long start = (base + alignment - 1) & -alignment;
+            // Only [start, start + length) is kept: what the over-sized mapping had either side goes back.
+            if (start > base) unmap(base, start - base);
+            if (base + span > start + length) unmap(start + length, base + span - start - length);
+            try {
+                int advised = (int) MADVISE.invokeExact(start, length, MADV_HUGEPAGE); // failure is harmless, see above
+                return MemorySegment.ofAddress(start).reinterpret(length, arena, s -> unmap(s.address(), length));
+            } catch (Throwable t) {
+                unmap(start, length);
+                return null;
+            }
+        } catch (Throwable t) {
+            return null;
+        }
+    }
+
+    private static void unmap(long address, long length) {
+        try {
+            int rc = (int) MUNMAP.invokeExact(address, length);
+        } catch (Throwable ignored) {
+            // munmap of a range we mapped cannot fail short of a bug; nothing useful to do if it did
         }
     }
 
