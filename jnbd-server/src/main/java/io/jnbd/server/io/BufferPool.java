@@ -23,8 +23,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * hands the device one segment per physically contiguous run of the buffer, so on 4 KiB pages a
  * 512 KiB read is 128 segments and on a huge page it is one; on the bench machine's virtio disk that
  * was 2.2 GB/s against 1.0 GB/s for 512 KiB reads (docs/performance.md). A region goes back to the
- * system only when every buffer carved from it is free and the cache is over its limit, so carved
- * classes can keep up to a region per class above the limit while their buffers are spread out.
+ * system only when every buffer carved from it is free and the cache is over its limit. A class maps a
+ * new region only when all of its regions are fully on loan, so it never holds more regions than its
+ * peak demand filled, and that demand is within the budget: a region kept because one of its buffers is
+ * still out is bounded memory, not a leak.
  */
 public final class BufferPool {
     private static final int MIN_SHIFT = 12;           // 4 KiB
