@@ -2,7 +2,10 @@ package io.jnbd.server.io;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayDeque;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.TimeUnit;
@@ -239,6 +242,25 @@ public final class BufferPool {
         } finally {
             c.lock.unlock();
         }
+    }
+
+    private static final Path THP_ENABLED = Path.of("/sys/kernel/mm/transparent_hugepage/enabled");
+
+    /**
+     * True when the kernel says transparent huge pages are off, so buffers stay on 4 KiB pages (worth a
+     * line in the log for direct exports); false when they are on or the kernel does not say.
+     */
+    public static boolean hugePagesOff() {
+        try {
+            return hugePagesOff(Files.readString(THP_ENABLED));
+        } catch (IOException | RuntimeException e) {
+            return false;
+        }
+    }
+
+    /** {@code setting}: the contents of that sysfs file, e.g. {@code always [madvise] never}. */
+    static boolean hugePagesOff(String setting) {
+        return setting.contains("[never]");
     }
 
     /** Bytes of free buffers kept for reuse. */

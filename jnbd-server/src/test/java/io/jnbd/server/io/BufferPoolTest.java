@@ -152,4 +152,12 @@ class BufferPoolTest {
         }
         assertFalse(m.scope().isAlive());
     }
+
+    @Test
+    void hugePagesCountAsOffOnlyWhenTheKernelSelectsNever() {
+        assertTrue(BufferPool.hugePagesOff("always madvise [never]\n"));
+        assertFalse(BufferPool.hugePagesOff("always [madvise] never\n"));
+        assertFalse(BufferPool.hugePagesOff("[always] madvise never\n"));
+        assertFalse(BufferPool.hugePagesOff(""));
+    }
 }
