@@ -125,6 +125,16 @@ def process_tree(pid):
     return out
 
 
+def idle_ticks():
+    """(idle+iowait, all) jiffies of the whole machine from /proc/stat, or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return v[3] + v[4], sum(v)
+
+
 def cpu_seconds(pid):
     """utime+stime of pid (all its threads), of its live descendants, and of its reaped children."""
     if pid is None:
@@ -452,11 +462,13 @@ def run_fio(args, server=None, ramp=1.0, timeout=120):
     def sample_after_ramp():
         cpu["start"] = server.cpu()
         cpu["t0"] = time.time()
+        cpu["idle0"] = idle_ticks()
 
     timer = None
     if server is not None:
         cpu["start"] = server.cpu()
         cpu["t0"] = time.time()
+        cpu["idle0"] = idle_ticks()
         if ramp > 0:
             # fio connects within a few ms; the CPU window starts when fio stops ramping
             timer = threading.Timer(ramp + 0.05, sample_after_ramp)
@@ -477,6 +489,10 @@ def run_fio(args, server=None, ramp=1.0, timeout=120):
         end = server.cpu()
         if cpu.get("start") is not None and end is not None:
             res["server_cpu"] = end - cpu["start"]
+        idle1 = idle_ticks()
+        if cpu.get("idle0") and idle1 and idle1[1] > cpu["idle0"][1]:
+            # how much of the machine nobody used: near 0 means client and server shared out every CPU
+            res["idle_pct"] = 100.0 * (idle1[0] - cpu["idle0"][0]) / (idle1[1] - cpu["idle0"][1])
         server.sample_rss()
         res["server_rss"] = server.peak_rss
     try:
@@ -503,6 +519,9 @@ def run_fio(args, server=None, ramp=1.0, timeout=120):
             p999 = pct.get("99.900000", 0) / 1000.0
     res.update({"bytes": total_bytes, "MBps": bw / 1e6, "iops": iops, "p50_us": p50, "p99_us": p99,
                 "p999_us": p999})
+    if "usr_cpu" in job and "sys_cpu" in job:
+        # fio's own CPU, % of one core: at ~100% the client, not the server, sets the pace
+        res["client_cpu_pct"] = job["usr_cpu"] + job["sys_cpu"]
     if total_bytes == 0:
         res["error"] = "no I/O done: " + r.stdout.strip()[-400:]
     if res.get("server_cpu") is not None and total_bytes:
