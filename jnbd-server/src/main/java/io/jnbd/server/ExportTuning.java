@@ -9,10 +9,13 @@ package io.jnbd.server;
  * @param scheduler      how each batch of requests that arrived together becomes disk operations
  */
 public record ExportTuning(int splitThreshold, int chunkSize, int streams, BatchScheduler.Policy scheduler) {
-    // 512K chunks, 4 at a time. With 1M x 4 a 4 MiB read has all its chunks on the disk at once, they finish
-    // together and none of the sending overlaps the disk; 512K x 4 sends the first half while the second is
-    // read. bench/overlap, five rounds on 22 Nov: 1.2-1.4x the throughput of 1M x 4 in every round.
-    public static final ExportTuning DEFAULT = new ExportTuning(1 << 20, 512 << 10, 4, BatchScheduler.Policy.NONE);
+    // 512K chunks, 2 at a time. With 1M x 4 a 4 MiB read has all its chunks on the disk at once, they finish
+    // together and none of the sending overlaps the disk (bench/overlap, 22 Nov: 512K x 4 was 1.2-1.4x
+    // faster in every round). Since buffers sit on huge pages a disk read of 512K is quick enough that two
+    // at a time keep the disk busy, and on two vCPUs the other two only compete with the sending: 512K x 2
+    // beat 512K x 4 in 6 of 8 bench/overlap rounds and in 21 of 27 pairs of 2-8 MiB reads at QD 1-4.
+    // A machine with more cores or a deeper device may want more: sweep with STREAMS=2,4,8 bench/overlap.
+    public static final ExportTuning DEFAULT = new ExportTuning(1 << 20, 512 << 10, 2, BatchScheduler.Policy.NONE);
 
     public ExportTuning {
         if (chunkSize < 4096 || Integer.bitCount(chunkSize) != 1) throw new IllegalArgumentException("chunk size must be a power of two of at least 4K");
