@@ -13,7 +13,7 @@ public record ExportTuning(int splitThreshold, int chunkSize, int streams, Batch
     // together and none of the sending overlaps the disk (bench/overlap, 22 Nov: 512K x 4 was 1.2-1.4x
     // faster in every round). Since buffers sit on huge pages a disk read of 512K is quick enough that two
     // at a time keep the disk busy, and on two vCPUs the other two only compete with the sending: 512K x 2
-    // beat 512K x 4 in 6 of 8 bench/overlap rounds and in 21 of 27 pairs of 2-8 MiB reads at QD 1-4.
+    // beat 512K x 4 in 8 of 12 bench/overlap rounds and in 21 of 27 pairs of 2-8 MiB reads at QD 1-4.
     // A machine with more cores or a deeper device may want more: sweep with STREAMS=2,4,8 bench/overlap.
     public static final ExportTuning DEFAULT = new ExportTuning(1 << 20, 512 << 10, 2, BatchScheduler.Policy.NONE);
 
