@@ -47,7 +47,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
         boolean readOnly = false;
         FileBackend.Mode mode = FileBackend.Mode.CACHED;
         int split = ExportTuning.DEFAULT.splitThreshold(), chunk = ExportTuning.DEFAULT.chunkSize();
-        int streams = ExportTuning.DEFAULT.streams();
+        int streams = -1; // by backend, below
         BatchScheduler.Policy scheduler = ExportTuning.DEFAULT.scheduler();
         for (int i = 1; i < parts.length; i++) {
             String opt = parts[i];
@@ -87,6 +87,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
         if (size == 0 && kind.equals("memory")) throw new IllegalArgumentException(where + "size must be positive");
         ExportTuning tuning;
         try {
+            if (streams < 0) streams = ExportTuning.defaultsFor(kind.equals("memory")).streams();
             tuning = new ExportTuning(split, chunk, streams, scheduler);
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException(where + e.getMessage());

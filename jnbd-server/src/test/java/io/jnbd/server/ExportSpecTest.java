@@ -49,6 +49,9 @@ class ExportSpecTest {
         ExportSpec s = ExportSpec.parse("scratch=memory:4G");
         assertThat(s.kind()).isEqualTo("memory");
         assertThat(s.size()).isEqualTo(4L << 30);
+        // memory reads are copies, not device waits: they split into more streams unless told otherwise
+        assertThat(s.tuning()).isEqualTo(ExportTuning.DEFAULT.withStreams(4));
+        assertThat(ExportSpec.parse("m=memory:1M,streams=2").tuning().streams()).isEqualTo(2);
         assertThat(ExportSpec.parse("m", "MEMORY:64k,ro").readOnly()).isTrue();
         assertThat(ExportSpec.parse("m", "memory:1M,readonly=false").readOnly()).isFalse();
     }
