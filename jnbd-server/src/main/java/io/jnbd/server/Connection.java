@@ -238,6 +238,15 @@ final class Connection implements Runnable {
                     int buffered = (int) Math.min(in.remaining(), r.length());
                     dst.put(in.slice(in.position(), buffered));
                     in.position(in.position() + buffered);
+                    // Only a client with nothing else in flight gets its write split: with more requests in
+                    // flight the disk already works on one while the next arrives, and splitting measured
+                    // level to 0.8x at QD2-8 (4 MiB direct writes, 22 Nov) against 1.3-1.7x at QD1.
+                    int chunk = requestsInFlight() == 1 ? server.writeChunk(session.export(), r) : 0;
+                    if (chunk > 0) {
+                        new SplitWrite(f, backend, chunk).receive(dst, socketFd);
+                        flushDeferred();
+                        continue;
+                    }
                     try {
                         readPayload(dst, socketFd);
                     } catch (IOException e) {
@@ -684,6 +693,93 @@ final class Connection implements Runnable {
                     Chunks.errorOffset(h, last ? Nbd.REPLY_FLAG_DONE : 0, request.cookie(), error, message, offset);
                     emit(ReplyWriter.Part.of(h.flip(), completes));
                 }
+            }
+        }
+    }
+
+    /**
+     * A large direct write whose payload goes to the disk chunk by chunk as it arrives, so that the disk
+     * writes the first chunks while the network still carries the last (the overlap of split reads, turned
+     * round). The reply leaves when every chunk is written; the first failure, if any, is the reply.
+     */
+    private final class SplitWrite {
+        private final InFlight flight;
+        private final Backend backend;
+        private final int chunk;
+        /** Chunks submitted and not yet written, plus one held by the reader until the payload is all in. */
+        private final AtomicInteger pending = new AtomicInteger(1);
+        private volatile int error;
+        private volatile String message;
+        private volatile boolean receiveFailed;
+
+        SplitWrite(InFlight flight, Backend backend, int chunk) {
+            this.flight = flight;
+            this.backend = backend;
+            this.chunk = chunk;
+        }
+
+        /** On the reader: receives the payload into {@code dst} (which holds its first bytes already), chunk by chunk. */
+        void receive(ByteBuffer dst, int socketFd) throws IOException {
+            Request r = flight.request;
+            int length = (int) r.length();
+            try {
+                for (int start = 0; start < length; start += chunk) {
+                    int end = Math.min(length, start + chunk);
+                    if (dst.position() < end) {
+                        dst.limit(end);
+                        readPayload(dst, socketFd);
+                    }
+                    ByteBuffer piece = dst.slice(start, end - start);
+                    long offset = r.offset() + start;
+                    if (start == 0) flight.timing.diskStart = System.nanoTime();
+                    pending.incrementAndGet();
+                    try {
+                        server.io().execute(() -> writeChunk(offset, piece));
+                    } catch (RuntimeException e) { // the pool is shutting down
+                        fail(Nbd.ESHUTDOWN, "server is shutting down");
+                        chunkDone();
+                    }
+                }
+            } catch (IOException e) {
+                receiveFailed = true;
+                throw e;
+            } finally {
+                chunkDone();
+            }
+        }
+
+        private void writeChunk(long offset, ByteBuffer piece) {
+            try {
+                if (error == 0) backend.write(offset, piece, flight.request.has(Nbd.CMD_FLAG_FUA));
+            } catch (Throwable t) {
+                if (t instanceof InterruptedException) Thread.currentThread().interrupt();
+                int e = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
+                if (e == Nbd.EIO) log.warn("{}: {} failed at offset {}: {}", peer, flight.request, offset, t.toString());
+                fail(e, t.getMessage() != null ? t.getMessage() : t.toString());
+            } finally {
+                chunkDone();
+            }
+        }
+
+        private synchronized void fail(int e, String why) {
+            if (error == 0) {
+                error = e;
+                message = why;
+            }
+        }
+
+        private void chunkDone() {
+            if (pending.decrementAndGet() != 0) return;
+            flight.timing.diskEnd = System.nanoTime();
+            flight.releasePayload();
+            if (receiveFailed) {
+                completed(flight); // the connection is going: no reply
+            } else if (error != 0) {
+                replyError(flight, error, message);
+            } else {
+                stats.bytesWritten.add(flight.request.length());
+                server.stats().bytesWritten.add(flight.request.length());
+                replyOk(flight);
             }
         }
     }

@@ -2,6 +2,7 @@ package io.jnbd.server;
 
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
+import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.FileBackend;
 import io.jnbd.server.io.BufferPool;
 import java.io.IOException;
@@ -223,6 +224,22 @@ public final class NbdServer implements AutoCloseable {
     /** Number of open connections (in handshake or transmission). */
     public int connectionCount() {
         return connections.size();
+    }
+
+    /**
+     * The chunk size in which a write's payload goes to the disk as it arrives, or 0 to write it whole:
+     * only direct writes longer than the export's split threshold (cached ones measured no better: the page
+     * cache takes a chunk about as fast as the socket delivers it), and only on the export's preferred block
+     * boundaries, so that no two chunks share a block: an unaligned chunk would be a read-modify-write,
+     * serialised with its neighbour's (correct, but slower than writing the request whole).
+     */
+    int writeChunk(Export export, Request r) {
+        ExportTuning t = export.tuning();
+        Backend b = export.backend();
+        int block = b.blockSizes().preferred();
+        if (b.zeroCopySource() != null || b.nonBlocking() || r.length() <= t.splitThreshold()
+                || r.offset() % block != 0 || t.chunkSize() % block != 0) return 0;
+        return t.chunkSize();
     }
 
     ReadPlan readPlan(Export export, Request r, boolean structured) {

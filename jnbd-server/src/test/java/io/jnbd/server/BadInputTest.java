@@ -320,6 +320,42 @@ class BadInputTest {
         }
     }
 
+    @Test
+    void connectionsDroppedDuringSplitWritesReturnEveryBuffer(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        try (ServerFixture split = new ServerFixture(List.of(ExportSpec.parse("d",
+                "file:" + dir.resolve("split.img") + ",size=64M,mode=direct,split=1M,chunk=256K").openExport()))) {
+            for (int i = 0; i < 8; i++) {
+                RawClient c = split.open("d", true, false);
+                // A 4 MiB write of which only part of the payload ever comes: its first chunks are on the disk
+                // (or on their way) when the connection drops.
+                c.write(java.nio.ByteBuffer.allocate(Nbd.REQUEST_SIZE).put(encoded(new Request(0, Nbd.CMD_WRITE, i, (long) i << 22, 4 << 20))).flip());
+                c.write(new byte[(1 << 20) + i * 100_000]);
+                Thread.sleep(20);
+                c.channel.socket().setSoLinger(true, 0);
+                c.close();
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while ((split.server.buffers().outstandingBytes() != 0 || split.server.connectionCount() != 0)
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertThat(split.server.buffers().outstandingBytes()).isZero();
+            assertThat(split.server.connectionCount()).isZero();
+            try (RawClient c = split.open("d", true, false)) {
+                byte[] data = new byte[4 << 20];
+                java.util.Arrays.fill(data, (byte) 7);
+                assertThat(c.write(0, data, 0)).isZero();
+                assertThat(c.read(0, 4 << 20)).isEqualTo(data);
+            }
+        }
+    }
+
+    private static java.nio.ByteBuffer encoded(Request r) {
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+        r.encode(b);
+        return b.flip();
+    }
+
     private static Throwable catchFlood(Future<?> flood) throws InterruptedException {
         try {
             flood.get(30, TimeUnit.SECONDS);

@@ -15,6 +15,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -95,6 +96,68 @@ class TransmissionTest {
                 if (both[i] != want) throw new AssertionError("byte " + i + " of the spanning read");
             }
             c.disconnect();
+        }
+    }
+
+    /**
+     * A large direct write goes to the disk chunk by chunk while its payload is still arriving: with the
+     * first chunks sent and the rest held back, their bytes are in the file before the payload is complete.
+     * The write then replies once, and reads back whole.
+     */
+    @Test
+    void aLargeDirectWriteReachesTheDiskWhileItsPayloadArrives() throws Exception {
+        Path file = dir.resolve("split-write.img");
+        try (ServerFixture own = splitWriteServer(file); RawClient c = own.open("w", true, false)) {
+            long at = 5 << 20;
+            byte[] data = pattern(at + 11, 3 << 20);
+            long cookie = c.cookie();
+            java.nio.ByteBuffer header = java.nio.ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+            new Request(0, Nbd.CMD_WRITE, cookie, at, data.length).encode(header);
+            c.write(header.flip());
+            c.write(java.nio.ByteBuffer.wrap(data, 0, 600 << 10)); // two 256K chunks and a bit
+            byte[] firstChunk = java.util.Arrays.copyOf(data, 256 << 10);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (!java.util.Arrays.equals(onDisk(file, at, 256 << 10), firstChunk)) {
+                if (System.nanoTime() > deadline) throw new AssertionError("the first chunk never reached the file");
+                Thread.sleep(5);
+            }
+            c.write(java.nio.ByteBuffer.wrap(data, 600 << 10, data.length - (600 << 10)));
+            RawClient.Reply reply = c.readReply();
+            assertThat(reply.cookie()).isEqualTo(cookie);
+            assertThat(reply.error()).isZero();
+            assertThat(c.read(at, data.length)).isEqualTo(data);
+            assertThat(onDisk(file, at, data.length)).isEqualTo(data);
+            c.disconnect();
+        }
+    }
+
+    /** Large direct writes of every shape: split (aligned, with and without FUA) and whole (not block-aligned). */
+    @Test
+    void largeDirectWritesReadBackWhateverTheirAlignment() throws IOException {
+        try (ServerFixture own = splitWriteServer(dir.resolve("split-shapes.img")); RawClient c = own.open("w", false, false)) {
+            long at = 1 << 20;
+            byte[] a = pattern(at, (2 << 20) + 4096);
+            byte[] b = pattern(at + 1, (1 << 20) + 1536);
+            byte[] f = pattern(at + 2, 3 << 20);
+            assertThat(c.write(at, a, 0)).isZero();
+            assertThat(c.write(at + a.length + 512, b, 0)).isZero(); // 512-aligned only: written whole
+            assertThat(c.write(8 << 20, f, Nbd.CMD_FLAG_FUA)).isZero();
+            assertThat(c.read(at, a.length)).isEqualTo(a);
+            assertThat(c.read(at + a.length + 512, b.length)).isEqualTo(b);
+            assertThat(c.read(8 << 20, f.length)).isEqualTo(f);
+            c.disconnect();
+        }
+    }
+
+    private static ServerFixture splitWriteServer(Path file) throws IOException {
+        return new ServerFixture(List.of(ExportSpec.parse("w", "file:" + file + ",size=16M,mode=direct,split=1M,chunk=256K").openExport()));
+    }
+
+    private static byte[] onDisk(Path file, long at, int length) throws IOException {
+        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(file)) {
+            java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(length);
+            while (b.hasRemaining() && ch.read(b, at + b.position()) >= 0) { }
+            return b.array();
         }
     }
 
