@@ -55,6 +55,9 @@ class FioInteropTest {
             all.add(Arguments.of(export, "randrw", "--bssplit=4k/40:64k/30:512k/20:2m/10", 32));
         }
         all.add(Arguments.of("chunked", "randrw", "--bsrange=4k-1m", 16));
+        // one request in flight: writes above the split threshold go to the disk chunk by chunk as they arrive
+        all.add(Arguments.of("direct", "write", "--bs=4m", 1));
+        all.add(Arguments.of("chunked", "randwrite", "--bsrange=4k-2m", 1));
         all.add(Arguments.of("chunked", "randrw", "--bssplit=4k/40:64k/30:512k/20:2m/10", 32));
         return all.stream();
     }
