@@ -307,13 +307,7 @@ class BadInputTest {
                 c.channel.socket().setSoLinger(true, 0);
                 c.close();
             }
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-            while ((split.server.buffers().outstandingBytes() != 0 || split.server.connectionCount() != 0)
-                    && System.nanoTime() < deadline) {
-                Thread.sleep(10);
-            }
-            assertThat(split.server.buffers().outstandingBytes()).isZero();
-            assertThat(split.server.connectionCount()).isZero();
+            assertDrained(split);
             try (RawClient c = split.open("d", true, false)) {
                 assertThat(c.read(0, 8 << 20)).hasSize(8 << 20);
             }
@@ -328,19 +322,13 @@ class BadInputTest {
                 RawClient c = split.open("d", true, false);
                 // A 4 MiB write of which only part of the payload ever comes: its first chunks are on the disk
                 // (or on their way) when the connection drops.
-                c.write(java.nio.ByteBuffer.allocate(Nbd.REQUEST_SIZE).put(encoded(new Request(0, Nbd.CMD_WRITE, i, (long) i << 22, 4 << 20))).flip());
+                c.write(encoded(new Request(0, Nbd.CMD_WRITE, i, (long) i << 22, 4 << 20)));
                 c.write(new byte[(1 << 20) + i * 100_000]);
                 Thread.sleep(20);
                 c.channel.socket().setSoLinger(true, 0);
                 c.close();
             }
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-            while ((split.server.buffers().outstandingBytes() != 0 || split.server.connectionCount() != 0)
-                    && System.nanoTime() < deadline) {
-                Thread.sleep(10);
-            }
-            assertThat(split.server.buffers().outstandingBytes()).isZero();
-            assertThat(split.server.connectionCount()).isZero();
+            assertDrained(split);
             try (RawClient c = split.open("d", true, false)) {
                 byte[] data = new byte[4 << 20];
                 java.util.Arrays.fill(data, (byte) 7);
@@ -348,6 +336,17 @@ class BadInputTest {
                 assertThat(c.read(0, 4 << 20)).isEqualTo(data);
             }
         }
+    }
+
+    /** Waits until the server holds no connection and no buffer, then asserts that it got there. */
+    private static void assertDrained(ServerFixture fx) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while ((fx.server.buffers().outstandingBytes() != 0 || fx.server.connectionCount() != 0)
+                && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertThat(fx.server.buffers().outstandingBytes()).isZero();
+        assertThat(fx.server.connectionCount()).isZero();
     }
 
     private static java.nio.ByteBuffer encoded(Request r) {
