@@ -18,7 +18,7 @@ public record ExportTuning(int splitThreshold, int chunkSize, int streams, Batch
     public static final ExportTuning DEFAULT = new ExportTuning(1 << 20, 512 << 10, 2, BatchScheduler.Policy.NONE);
 
     // A read from memory waits on no device: each chunk is a copy, so a stream more is a CPU more. A 4 MiB
-    // read of a memory export at QD1 ran 7-15% faster with 4 streams than with 2 (3 rounds, 22 Nov).
+    // read of a memory export at QD1 ran 7-25% faster with 4 streams than with 2 (6 rounds, 22 Nov).
     static final int MEMORY_STREAMS = 4;
 
     /** The defaults for a backend: {@code nonBlocking} (memory) ones read with more streams. */

@@ -233,7 +233,7 @@ public final class NbdServer implements AutoCloseable {
      * boundaries, so that no two chunks share a block: an unaligned chunk would be a read-modify-write,
      * serialised with its neighbour's (correct, but slower than writing the request whole).
      */
-    int writeChunk(Export export, Request r) {
+    int writeChunkSize(Export export, Request r) {
         ExportTuning t = export.tuning();
         Backend b = export.backend();
         int block = b.blockSizes().preferred();

@@ -154,11 +154,7 @@ class TransmissionTest {
     }
 
     private static byte[] onDisk(Path file, long at, int length) throws IOException {
-        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(file)) {
-            java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(length);
-            while (b.hasRemaining() && ch.read(b, at + b.position()) >= 0) { }
-            return b.array();
-        }
+        return java.util.Arrays.copyOfRange(Files.readAllBytes(file), (int) at, (int) at + length);
     }
 
     /**
