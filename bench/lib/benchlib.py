@@ -413,6 +413,19 @@ def qemu_nbd(path, port=None, name="qemu-nbd", extra=()):
                          "-p", str(port), "-x", "bench", *extra, path], port)
 
 
+def floor(path, port=None, name="floor", extra=()):
+    """bench/floor/floor.c, compiled here: the least a server can do per request (see that file). Not a peer;
+    a yardstick for what the kernel charges for moving the bytes. extra: its flags (-t two threads, -l ...)."""
+    port = port or free_port()
+    src = os.path.join(ROOT, "bench", "floor", "floor.c")
+    exe = os.path.join(tmpdir("jnbd-bench-floor."), "floor")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    r = subprocess.run([cc, "-O2", "-pthread", "-o", exe, src], capture_output=True, text=True) if cc else None
+    if r is None or r.returncode != 0:
+        log(f"bench: {name}: could not compile {src}: " + ("no C compiler" if r is None else r.stderr[-500:]))
+    return Server(name, [exe, "-p", str(port), *extra, path], port)
+
+
 def jnbd(exports, port=None, name="jnbd", extra=(), java_opts=None, root=ROOT):
     """exports: list of NAME=SPEC strings; root: the checkout whose bin/jnbd (and build) to run."""
     port = port or free_port()
