@@ -8,13 +8,16 @@
  * for moving the bytes at all, so a target that this server misses cannot be met by any server that
  * moves the same bytes the same way over the same loopback.
  *
- *   floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] FILE
+ *   floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] FILE
  *     -p PORT    listen on 127.0.0.1:PORT (default 10899)
  *     -b SNDBUF  SO_SNDBUF in bytes; 0 leaves the kernel's autotuning (default 262144, jnbd's for loopback)
  *     -r RCVBUF  SO_RCVBUF in bytes (default 0: the kernel's autotuning)
  *     -l         receive large payloads with SO_RCVLOWAT raised to the rest (jnbd's way), not MSG_WAITALL
  *     -t         two threads: one receives requests and payloads, the other executes and replies, so the
  *                pwrite of one write overlaps the receive of the next (nbdkit's overlap, in its simplest form)
+ *     -s         agree to structured replies when the client asks (fio's libnbd does, and nbdkit and jnbd
+ *                agree): each read is then answered by one OFFSET_DATA chunk, which costs the client more
+ *                to parse than a simple reply; without -s the comparison flatters small reads
  *
  * Built by bench/peers with `cc -O2 -pthread` when SERVERS names it.
  */
@@ -47,6 +50,11 @@
 #define OPT_ABORT 2
 #define OPT_INFO 6
 #define OPT_GO 7
+#define OPT_STRUCTURED_REPLY 8
+#define STRUCTURED_REPLY_MAGIC 0x668e33efU
+#define REPLY_FLAG_DONE 1
+#define REPLY_TYPE_OFFSET_DATA 1
+#define REPLY_TYPE_ERROR 32769
 #define REP_ACK 1
 #define REP_INFO 3
 #define REP_ERR_UNSUP 0x80000001U
@@ -60,7 +68,7 @@
 
 static int file_fd;
 static uint64_t file_size;
-static int use_lowat, two_threads;
+static int use_lowat, two_threads, offer_structured, structured;
 
 static void die(const char *what) { perror(what); exit(1); }
 
@@ -123,6 +131,7 @@ static int handshake(int s) {
     uint32_t cflags;
     if (full_recv(s, &cflags, 4)) return -1;
     int no_zeroes = be32toh(cflags) & 2;
+    structured = 0;
     for (;;) {
         char h[16];
         if (full_recv(s, h, 16)) return -1;
@@ -144,6 +153,9 @@ static int handshake(int s) {
             memcpy(info, &type, 2); memcpy(info + 2, &size, 8); memcpy(info + 10, &tf, 2);
             if (option_reply(s, opt, REP_INFO, info, 12) || option_reply(s, opt, REP_ACK, NULL, 0)) return -1;
             if (opt == OPT_GO) return 0;
+        } else if (opt == OPT_STRUCTURED_REPLY && offer_structured && len == 0) {
+            structured = 1;
+            if (option_reply(s, opt, REP_ACK, NULL, 0)) return -1;
         } else if (opt == OPT_ABORT) {
             option_reply(s, opt, REP_ACK, NULL, 0);
             return -1;
@@ -167,11 +179,45 @@ static int reply(int s, uint64_t cookie, uint32_t error, int more) {
     return full_send(s, r, 16, more ? MSG_MORE : 0);
 }
 
+/* A structured reply chunk's header: 20 bytes into h. */
+static void chunk_header(char *h, uint16_t flags, uint16_t type, uint64_t cookie, uint32_t len) {
+    uint32_t m = htobe32(STRUCTURED_REPLY_MAGIC), l = htobe32(len);
+    uint16_t f = htobe16(flags), t = htobe16(type);
+    memcpy(h, &m, 4); memcpy(h + 4, &f, 2); memcpy(h + 6, &t, 2); memcpy(h + 8, &cookie, 8); memcpy(h + 16, &l, 4);
+}
+
+/* The reply to a read, without its data: a simple reply, or the head of one OFFSET_DATA chunk (or an ERROR
+ * chunk, which a read must get once structured replies are agreed). Returns its length in h. */
+static size_t read_head(char *h, const struct request *q, uint32_t error) {
+    if (!structured) {
+        uint32_t m = htobe32(SIMPLE_REPLY_MAGIC), e = htobe32(error);
+        memcpy(h, &m, 4); memcpy(h + 4, &e, 4); memcpy(h + 8, &q->cookie, 8);
+        return 16;
+    }
+    if (error) {
+        uint32_t e = htobe32(error);
+        chunk_header(h, REPLY_FLAG_DONE, REPLY_TYPE_ERROR, q->cookie, 6);
+        memcpy(h + 20, &e, 4); memset(h + 24, 0, 2);
+        return 26;
+    }
+    uint64_t o = htobe64(q->offset);
+    chunk_header(h, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, q->cookie, 8 + q->len);
+    memcpy(h + 20, &o, 8);
+    return 28;
+}
+
+static int read_error(int s, const struct request *q, uint32_t error) {
+    char h[28];
+    return full_send(s, h, read_head(h, q, error), 0);
+}
+
 /* Returns -1 when the connection is to end. */
 static int execute(int s, struct request *q, char *small) {
     if (q->type == CMD_DISC) return -1;
     if (q->type == CMD_FLUSH) return reply(s, q->cookie, fdatasync(file_fd) ? 5 : 0, 0);
-    if (q->offset > file_size || q->len > file_size - q->offset) return reply(s, q->cookie, 22, 0);
+    if (q->offset > file_size || q->len > file_size - q->offset) {
+        return q->type == CMD_READ ? read_error(s, q, 22) : reply(s, q->cookie, 22, 0);
+    }
     if (q->type == CMD_WRITE) {
         size_t done = 0;
         while (done < q->len) {
@@ -184,22 +230,22 @@ static int execute(int s, struct request *q, char *small) {
     if (q->type != CMD_READ) return reply(s, q->cookie, 22, 0);
     if (q->len <= 65536) {
         ssize_t k = pread(file_fd, small, q->len, (off_t) q->offset);
-        if (k != (ssize_t) q->len) return reply(s, q->cookie, 5, 0);
-        char r[16];
-        uint32_t m = htobe32(SIMPLE_REPLY_MAGIC), e = 0;
-        memcpy(r, &m, 4); memcpy(r + 4, &e, 4); memcpy(r + 8, &q->cookie, 8);
-        struct iovec v[2] = { { r, 16 }, { small, q->len } };
-        size_t want = 16 + q->len;
+        if (k != (ssize_t) q->len) return read_error(s, q, 5);
+        char r[28];
+        size_t hl = read_head(r, q, 0);
+        struct iovec v[2] = { { r, hl }, { small, q->len } };
+        size_t want = hl + q->len;
         ssize_t w = writev(s, v, 2);
         if (w < 0) return -1;
         if ((size_t) w < want) { /* rare: the send buffer took part of it */
             size_t off = (size_t) w;
-            if (off < 16) { if (full_send(s, r + off, 16 - off, 0)) return -1; off = 16; }
-            return full_send(s, small + (off - 16), want - off, 0);
+            if (off < hl) { if (full_send(s, r + off, hl - off, 0)) return -1; off = hl; }
+            return full_send(s, small + (off - hl), want - off, 0);
         }
         return 0;
     }
-    if (reply(s, q->cookie, 0, 1)) return -1;
+    char r[28];
+    if (full_send(s, r, read_head(r, q, 0), MSG_MORE)) return -1;
     off_t off = (off_t) q->offset;
     size_t left = q->len;
     while (left > 0) {
@@ -289,15 +335,16 @@ static void serve(int s, char *buf, char *small) {
 
 int main(int argc, char **argv) {
     int port = 10899, sndbuf = 262144, rcvbuf = 0, c;
-    while ((c = getopt(argc, argv, "p:b:r:lt")) != -1) {
+    while ((c = getopt(argc, argv, "p:b:r:lts")) != -1) {
         if (c == 'p') port = atoi(optarg);
         else if (c == 'b') sndbuf = atoi(optarg);
         else if (c == 'r') rcvbuf = atoi(optarg);
         else if (c == 'l') use_lowat = 1;
         else if (c == 't') two_threads = 1;
-        else { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] FILE\n"); return 2; }
+        else if (c == 's') offer_structured = 1;
+        else { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] FILE\n"); return 2; }
     }
-    if (optind != argc - 1) { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] FILE\n"); return 2; }
+    if (optind != argc - 1) { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] FILE\n"); return 2; }
     signal(SIGPIPE, SIG_IGN);
     file_fd = open(argv[optind], O_RDWR);
     if (file_fd < 0) die(argv[optind]);
@@ -314,9 +361,9 @@ int main(int argc, char **argv) {
     char *buf = aligned_alloc(4096, MAX_LEN), *small = aligned_alloc(4096, 65536);
     for (int i = 0; i < SLOTS; i++) ring_buf[i] = two_threads ? aligned_alloc(4096, MAX_LEN) : NULL;
     if (!buf || !small) die("alloc");
-    fprintf(stderr, "floor: serving %s (%llu bytes) on 127.0.0.1:%d, sndbuf %d%s%s\n", argv[optind],
+    fprintf(stderr, "floor: serving %s (%llu bytes) on 127.0.0.1:%d, sndbuf %d%s%s%s\n", argv[optind],
             (unsigned long long) file_size, port, sndbuf, use_lowat ? ", rcvlowat" : "",
-            two_threads ? ", two threads" : "");
+            two_threads ? ", two threads" : "", offer_structured ? ", structured replies" : "");
     for (;;) {
         int s = accept(ls, NULL, NULL);
         if (s < 0) { if (errno == EINTR) continue; die("accept"); }

@@ -415,7 +415,7 @@ def qemu_nbd(path, port=None, name="qemu-nbd", extra=()):
 
 def floor(path, port=None, name="floor", extra=()):
     """bench/floor/floor.c, compiled here: the least a server can do per request (see that file). Not a peer;
-    a yardstick for what the kernel charges for moving the bytes. extra: its flags (-t two threads, -l ...)."""
+    a yardstick for what the kernel charges for moving the bytes. extra: its flags (-s structured replies, -t two threads, -l ...)."""
     port = port or free_port()
     src = os.path.join(ROOT, "bench", "floor", "floor.c")
     exe = os.path.join(tmpdir("jnbd-bench-floor."), "floor")
