@@ -196,6 +196,7 @@ final class Connection implements Runnable {
                 }
                 Request r = Request.decode(in);
                 long received = System.nanoTime();
+                poll.received(r.hasPayload() ? r.length() : 0);
                 stats.requests.increment();
                 if (r.type() == Nbd.CMD_DISC) {
                     end = "client sent DISC";

@@ -87,6 +87,19 @@ class BusyPollTest {
     }
 
     @Test
+    void aLargeWritePayloadLeavesTheNextWaitToTheCaller() throws Exception {
+        BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), LIMIT);
+        ByteBuffer in = ByteBuffer.allocateDirect(16);
+        client.write(ByteBuffer.wrap(new byte[] {1}));
+        Thread.sleep(20);
+        poll.received(BusyPoll.LARGE_PAYLOAD);
+        assertThat(poll.poll(in)).as("after a large payload").isZero();
+        assertThat(in.position()).isZero();
+        poll.received(BusyPoll.LARGE_PAYLOAD - 1);
+        assertThat(poll.poll(in)).as("after a small one it polls again").isEqualTo(1);
+    }
+
+    @Test
     void zeroLimitNeverPolls() throws Exception {
         BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), 0);
         client.write(ByteBuffer.wrap(new byte[] {1}));
