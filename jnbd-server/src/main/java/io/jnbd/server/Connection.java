@@ -176,12 +176,17 @@ final class Connection implements Runnable {
         ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
         List<InFlight> batch = new ArrayList<>();
         String end = "client disconnected";
+        // Set after a large write payload: the next read takes in one request header and no more, so that
+        // the payload likely behind it goes from the socket straight into its own buffer instead of being
+        // copied twice (up to 256 KiB of it through this buffer).
+        boolean headerOnly = false;
         try {
             while (true) {
                 if (in.remaining() < Nbd.REQUEST_SIZE) {
                     // Everything received so far is parsed: hand it over before waiting for more.
                     submit(batch, backend);
                     in.compact();
+                    if (headerOnly) in.limit(Nbd.REQUEST_SIZE); // compact moved what is left of a header to 0
                     // Requests still being served will reply on their own time: then the CPU is better
                     // left to the I/O threads than spent polling for the next request.
                     int n = requestsInFlight() == 0 ? poll.poll(in) : 0;
@@ -197,6 +202,7 @@ final class Connection implements Runnable {
                 Request r = Request.decode(in);
                 long received = System.nanoTime();
                 poll.received(r.hasPayload() ? r.length() : 0);
+                headerOnly = r.hasPayload() && r.length() >= PAYLOAD_LOW_WATER_MIN;
                 stats.requests.increment();
                 if (r.type() == Nbd.CMD_DISC) {
                     end = "client sent DISC";

@@ -185,6 +185,53 @@ class TransmissionTest {
         }
     }
 
+    /**
+     * Large and small writes sent back to back, as one burst and again in pieces that cut headers and payloads
+     * anywhere: after a large payload the server takes in only the next header before reading the next payload
+     * straight into its buffer, and every write must still land whole, each answered once by its cookie.
+     */
+    @ParameterizedTest(name = "{0} piece={1}")
+    @MethodSource("exportsAndPieces")
+    void largeAndSmallWritesBackToBackAllLand(String export, int piece) throws Exception {
+        try (RawClient c = fx.open(export, true, false)) {
+            long at = region(0);
+            int[] sizes = {256 << 10, 128 << 10, 4 << 10, 192 << 10, 8 << 10, 128 << 10};
+            java.io.ByteArrayOutputStream burst = new java.io.ByteArrayOutputStream();
+            List<byte[]> datas = new ArrayList<>();
+            long offset = at;
+            for (int i = 0; i < sizes.length; i++) {
+                byte[] d = pattern(offset + piece, sizes[i]);
+                datas.add(d);
+                java.nio.ByteBuffer h = java.nio.ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+                new Request(i == 2 ? Nbd.CMD_FLAG_FUA : 0, Nbd.CMD_WRITE, 500 + i, offset, d.length).encode(h);
+                burst.write(h.array());
+                burst.write(d);
+                offset += d.length;
+            }
+            byte[] all = burst.toByteArray();
+            for (int from = 0; from < all.length; from += piece) {
+                c.write(java.nio.ByteBuffer.wrap(all, from, Math.min(piece, all.length - from)));
+            }
+            java.util.Set<Long> answered = new java.util.HashSet<>();
+            for (int i = 0; i < sizes.length; i++) {
+                RawClient.Reply r = c.readReply();
+                assertThat(r.error()).as("write %d", r.cookie()).isZero();
+                assertThat(answered.add(r.cookie())).as("cookie %d answered once", r.cookie()).isTrue();
+            }
+            assertThat(answered).containsExactlyInAnyOrder(500L, 501L, 502L, 503L, 504L, 505L);
+            offset = at;
+            for (byte[] d : datas) {
+                assertThat(c.read(offset, d.length)).as("the write at %d", offset).isEqualTo(d);
+                offset += d.length;
+            }
+            c.disconnect();
+        }
+    }
+
+    static Stream<Arguments> exportsAndPieces() {
+        return exports().flatMap(e -> Stream.of(Arguments.of(e, Integer.MAX_VALUE), Arguments.of(e, 7001)));
+    }
+
     @ParameterizedTest(name = "{0}")
     @MethodSource("exports")
     void aClientThatClosesInTheMiddleOfALargePayloadLeavesTheDataAndTheServerAlone(String export) throws Exception {
