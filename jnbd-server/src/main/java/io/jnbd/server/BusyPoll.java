@@ -26,8 +26,6 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class BusyPoll {
     /** Below this mean gap blocking costs the client nothing noticeable: the reader is woken almost at once. */
     static final long MIN_GAP_NANOS = 5_000;
-    /** Write payloads from this size up leave the next wait to an ordinary read (see above). */
-    static final long LARGE_PAYLOAD = 128 * 1024;
     private static final int PROBE_EVERY = 64;
     private static final int MAX_POLLERS = Math.max(1, Runtime.getRuntime().availableProcessors() / 2);
     private static final AtomicInteger POLLERS = new AtomicInteger();
@@ -90,9 +88,9 @@ final class BusyPoll {
         return 0;
     }
 
-    /** The size of the write payload the request just received carried (0 for a request without one). */
-    void received(long payloadBytes) {
-        afterLargePayload = payloadBytes >= LARGE_PAYLOAD;
+    /** Whether the request just received carried a large write payload (see above); if so the next wait is not polled. */
+    void afterLargePayload(boolean large) {
+        afterLargePayload = large;
     }
 
     private void learn(long gap) {

@@ -176,9 +176,10 @@ final class Connection implements Runnable {
         ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
         List<InFlight> batch = new ArrayList<>();
         String end = "client disconnected";
-        // Set after a large write payload: the next read takes in one request header and no more, so that
-        // the payload likely behind it goes from the socket straight into its own buffer instead of being
-        // copied twice (up to 256 KiB of it through this buffer).
+        // Set after a large write payload (one read with a raised low-water mark). The next read then takes in
+        // one request header and no more, so that the payload likely behind it goes from the socket straight
+        // into its own buffer instead of being copied twice (up to 256 KiB of it through this buffer); and it
+        // does not busy-poll (see BusyPoll).
         boolean headerOnly = false;
         try {
             while (true) {
@@ -201,8 +202,8 @@ final class Connection implements Runnable {
                 }
                 Request r = Request.decode(in);
                 long received = System.nanoTime();
-                poll.received(r.hasPayload() ? r.length() : 0);
                 headerOnly = r.hasPayload() && r.length() >= PAYLOAD_LOW_WATER_MIN;
+                poll.afterLargePayload(headerOnly);
                 stats.requests.increment();
                 if (r.type() == Nbd.CMD_DISC) {
                     end = "client sent DISC";

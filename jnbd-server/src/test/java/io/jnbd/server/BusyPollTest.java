@@ -92,10 +92,10 @@ class BusyPollTest {
         ByteBuffer in = ByteBuffer.allocateDirect(16);
         client.write(ByteBuffer.wrap(new byte[] {1}));
         Thread.sleep(20);
-        poll.received(BusyPoll.LARGE_PAYLOAD);
+        poll.afterLargePayload(true);
         assertThat(poll.poll(in)).as("after a large payload").isZero();
         assertThat(in.position()).isZero();
-        poll.received(BusyPoll.LARGE_PAYLOAD - 1);
+        poll.afterLargePayload(false);
         assertThat(poll.poll(in)).as("after a small one it polls again").isEqualTo(1);
     }
 
