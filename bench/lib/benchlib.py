@@ -250,6 +250,33 @@ def build_jnbd(root=ROOT):
     return True
 
 
+def git(*args, cwd=ROOT):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def checkout_revision(rev, who="bench"):
+    """A detached worktree of rev under a temporary directory, built; returns (path, short sha) or None."""
+    sha = git("rev-parse", "--short", rev)
+    if sha.returncode != 0:
+        print(f"{who}: no such revision {rev!r}: {sha.stderr.strip()}")
+        return None
+    d = os.path.join(tmpdir("jnbd-bench-rev."), "base")
+    r = git("worktree", "add", "--detach", d, rev)
+    if r.returncode != 0:
+        print(f"{who}: git worktree add failed: {r.stderr.strip()}")
+        return None
+    if not build_jnbd(root=d):
+        remove_checkout(d)
+        return None
+    return d, sha.stdout.strip()
+
+
+def remove_checkout(d):
+    git("worktree", "remove", "--force", d)
+    shutil.rmtree(d, ignore_errors=True)
+    git("worktree", "prune")
+
+
 class Server:
     """One NBD server process on 127.0.0.1:port serving export 'bench' (or the names in the URI)."""
 
