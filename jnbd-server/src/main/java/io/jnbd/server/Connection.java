@@ -8,7 +8,7 @@ import io.jnbd.protocol.Request;
 import io.jnbd.protocol.SimpleReply;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Extent;
-import io.jnbd.server.backend.NbdErrorException;
+import io.jnbd.server.backend.NbdErrors;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.Channels;
 import io.jnbd.server.io.NativeIo;
@@ -531,7 +531,7 @@ final class Connection implements Runnable {
             }
         } catch (Throwable t) {
             if (t instanceof InterruptedException) Thread.currentThread().interrupt();
-            int error = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
+            int error = NbdErrors.of(t);
             if (error == Nbd.EIO) log.warn("{}: {} failed: {}", peer, r, t.toString());
             markDiskDone(members);
             for (InFlight m : members) {
@@ -681,7 +681,7 @@ final class Connection implements Runnable {
             } catch (Throwable t) {
                 if (lease != null) lease.release();
                 lease = null;
-                error = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
+                error = NbdErrors.of(t);
                 message = t.getMessage() != null ? t.getMessage() : t.toString();
                 log.warn("{}: {} failed at offset {}: {}", peer, request, offset, message);
             }
@@ -761,7 +761,7 @@ final class Connection implements Runnable {
                 if (error == 0) backend.write(offset, piece, flight.request.has(Nbd.CMD_FLAG_FUA));
             } catch (Throwable t) {
                 if (t instanceof InterruptedException) Thread.currentThread().interrupt();
-                int e = t instanceof InterruptedException ? Nbd.ESHUTDOWN : NbdErrorException.errorOf(t);
+                int e = NbdErrors.of(t);
                 if (e == Nbd.EIO) log.warn("{}: {} failed at offset {}: {}", peer, flight.request, offset, t.toString());
                 fail(e, t.getMessage() != null ? t.getMessage() : t.toString());
             } finally {

@@ -1,6 +1,7 @@
 package io.jnbd.server.backend;
 
 import io.jnbd.protocol.Nbd;
+import io.jnbd.server.io.Errno;
 import io.jnbd.server.io.NativeIo;
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -37,7 +38,7 @@ public final class FileBackend implements Backend {
     private final boolean blockDevice;
     private final FileChannel channel;
     private final int nativeFd; // -1 without native access
-    private final int writevFd; // same file, same O_DIRECT-ness as the channel, for merged writes; -1 if none
+    private final int writevFd; // same file, same O_DIRECT-ness as the channel, for native writes; -1 if none
     private final long size;
     private final int alignment;
     private final Set<Capability> caps;
@@ -217,6 +218,10 @@ public final class FileBackend implements Backend {
     }
 
     private void writeFully(long offset, ByteBuffer src) throws IOException {
+        if (writevFd >= 0 && src.isDirect()) {
+            NativeIo.pwriteFully(writevFd, src, offset); // a failure keeps its errno (ENOSPC is not EIO)
+            return;
+        }
         long pos = offset;
         while (src.hasRemaining()) pos += channel.write(src, pos);
     }
@@ -260,7 +265,7 @@ public final class FileBackend implements Backend {
             try {
                 NativeIo.fallocate(nativeFd, NativeIo.FALLOC_FL_PUNCH_HOLE | NativeIo.FALLOC_FL_KEEP_SIZE, offset, length);
             } catch (NativeIo.ErrnoException e) {
-                if (e.errno() != NativeIo.EOPNOTSUPP) throw e;
+                if (e.errno() != Errno.EOPNOTSUPP) throw e;
                 // Trim is advisory: a filesystem that cannot punch holes keeps the data.
             } finally {
                 unlockShared();
@@ -298,7 +303,7 @@ public final class FileBackend implements Backend {
                 NativeIo.fallocate(nativeFd, m, offset, length);
                 return true;
             } catch (NativeIo.ErrnoException e) {
-                if (e.errno() != NativeIo.EOPNOTSUPP && e.errno() != NativeIo.EINVAL) throw e;
+                if (e.errno() != Errno.EOPNOTSUPP && e.errno() != Errno.EINVAL) throw e;
             }
         }
         return false;

@@ -41,9 +41,6 @@ public final class NativeIo {
 
     public static final int POSIX_FADV_WILLNEED = 3;
 
-    public static final int ENXIO = 6;
-    public static final int EINVAL = 22;
-    public static final int EOPNOTSUPP = 95;
 
     private static final MethodHandle OPEN;
     private static final MethodHandle CLOSE;
@@ -75,20 +72,18 @@ public final class NativeIo {
         ValueLayout.ADDRESS.withName("control"), ValueLayout.JAVA_LONG.withName("controllen"),
         ValueLayout.JAVA_INT.withName("flags"), MemoryLayout.paddingLayout(4));
     private static final int RWF_NOWAIT = 0x08;
-    /** Per-thread scratch for preadv2: an iovec and the errno capture, freed with the thread. */
     /** Per-thread scratch for sendHeaderAndFile: errno capture, header bytes, the sendfile offset. */
     private static final ThreadLocal<MemorySegment[]> SEND_SCRATCH = ThreadLocal.withInitial(() -> {
         Arena arena = Arena.ofAuto();
         return new MemorySegment[] {arena.allocate(NativeIo.CAPTURE_LAYOUT), arena.allocate(64), arena.allocate(ValueLayout.JAVA_LONG)};
     });
-    private static final ThreadLocal<MemorySegment[]> PREAD_SCRATCH = ThreadLocal.withInitial(() -> {
+    /** Per-thread scratch for preadv2 and pwritev of one buffer: an iovec and the errno capture, freed with the thread. */
+    private static final ThreadLocal<MemorySegment[]> IOV_SCRATCH = ThreadLocal.withInitial(() -> {
         Arena arena = Arena.ofAuto();
         return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
     });
     private static final MethodHandle SENDFILE;
     public static final int MSG_MORE = 0x8000;
-    private static final int EINTR = 4;
-    private static final int EAGAIN = 11;
     private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
     private static final StructLayout CAPTURE_LAYOUT;
     private static final VarHandle ERRNO;
@@ -176,7 +171,7 @@ public final class NativeIo {
         private final int errno;
 
         ErrnoException(String call, int errno) {
-            super(call + " failed: errno " + errno);
+            super(call + " failed: " + Errno.describe(errno));
             this.errno = errno;
         }
 
@@ -232,7 +227,7 @@ public final class NativeIo {
             long rc = (long) LSEEK.invokeExact(state, fd, offset, whence);
             if (rc < 0) {
                 int e = errno(state);
-                if (e == ENXIO) return -1;
+                if (e == Errno.ENXIO) return -1;
                 throw new ErrnoException("lseek", e);
             }
             return rc;
@@ -251,6 +246,36 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("posix_fadvise", t);
+        }
+    }
+
+    /**
+     * Writes the direct buffer {@code src} (position to limit) at {@code offset}, advancing its position. Unlike
+     * {@link java.nio.channels.FileChannel#write(ByteBuffer, long)}, a failure carries its errno, so a full
+     * disk can be told from a broken one.
+     */
+    public static void pwriteFully(int fd, ByteBuffer src, long offset) throws IOException {
+        MemorySegment[] scratch = IOV_SCRATCH.get();
+        MemorySegment iov = scratch[0], state = scratch[1];
+        long pos = offset;
+        try {
+            while (src.hasRemaining()) {
+                MemorySegment from = MemorySegment.ofBuffer(src);
+                iov.set(ValueLayout.ADDRESS, 0, from);
+                iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), from.byteSize());
+                long n = (long) PWRITEV.invokeExact(state, fd, iov, 1, pos);
+                if (n < 0) {
+                    int e = errno(state);
+                    if (e == Errno.EINTR) continue;
+                    throw new ErrnoException("pwrite", e);
+                }
+                src.position(src.position() + (int) n);
+                pos += n;
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("pwrite", t);
         }
     }
 
@@ -309,7 +334,7 @@ public final class NativeIo {
                 long n = (long) SEND.invokeExact(state, socketFd, h.asSlice(off), h.byteSize() - off, MSG_MORE | MSG_NOSIGNAL);
                 if (n < 0) {
                     int e = errno(state);
-                    if (e == EINTR) continue;
+                    if (e == Errno.EINTR) continue;
                     throw new ErrnoException("send", e);
                 }
                 off += n;
@@ -321,7 +346,7 @@ public final class NativeIo {
                 long n = (long) SENDFILE.invokeExact(state, socketFd, fileFd, pos, left);
                 if (n < 0) {
                     int e = errno(state);
-                    if (e == EINTR || e == EAGAIN) continue;
+                    if (e == Errno.EINTR || e == Errno.EAGAIN) continue;
                     throw new ErrnoException("sendfile", e);
                 }
                 if (n == 0) throw new java.io.EOFException("file ended while sending a read");
@@ -340,7 +365,7 @@ public final class NativeIo {
      * unchanged, when the read would wait for the disk or came up short.
      */
     public static boolean preadIfCached(int fd, ByteBuffer dst, long offset) throws IOException {
-        MemorySegment[] scratch = PREAD_SCRATCH.get();
+        MemorySegment[] scratch = IOV_SCRATCH.get();
         MemorySegment iov = scratch[0], state = scratch[1];
         MemorySegment target = MemorySegment.ofBuffer(dst);
         iov.set(ValueLayout.ADDRESS, 0, target);
@@ -353,7 +378,7 @@ public final class NativeIo {
             }
             if (n < 0) {
                 int e = errno(state);
-                if (e == EAGAIN || e == EOPNOTSUPP || e == EINTR) return false;
+                if (e == Errno.EAGAIN || e == Errno.EOPNOTSUPP || e == Errno.EINTR) return false;
                 throw new ErrnoException("preadv2", e);
             }
             return false; // partly cached: let the ordinary path read it all
@@ -389,8 +414,8 @@ public final class NativeIo {
                 sent = (long) SENDMSG.invokeExact(state, socketFd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (sent >= 0) break;
                 int e = errno(state);
-                if (e == EINTR) continue;
-                if (e == EAGAIN) return 0;
+                if (e == Errno.EINTR) continue;
+                if (e == Errno.EAGAIN) return 0;
                 throw new ErrnoException("sendmsg", e);
             }
             long left = sent;
@@ -425,8 +450,8 @@ public final class NativeIo {
                 }
                 if (n == 0) return target.byteSize() == 0 ? 0 : -1;
                 int e = errno(state);
-                if (e == EINTR) continue;
-                if (e == EAGAIN) return 0;
+                if (e == Errno.EINTR) continue;
+                if (e == Errno.EAGAIN) return 0;
                 throw new ErrnoException("recv", e);
             }
         } catch (IOException e) {
@@ -472,7 +497,7 @@ public final class NativeIo {
             int r = (int) POLL.invokeExact(state, pollfd, 1L, timeoutMillis);
             if (r < 0) {
                 int e = errno(state);
-                if (e == EINTR) return true; // the caller's recv finds out what there is
+                if (e == Errno.EINTR) return true; // the caller's recv finds out what there is
                 throw new ErrnoException("poll", e);
             }
             return r > 0;
