@@ -85,7 +85,7 @@ final class Handshake {
                 Export export = exports.find(name);
                 // EXPORT_NAME cannot carry an error: the spec says to drop the connection.
                 if (export == null) throw new ProtocolException("unknown export '" + name + "'");
-                Session session = session(export);
+                Session session = session(export, false);
                 ByteBuffer out = ByteBuffer.allocate(noZeroes ? 10 : 134);
                 out.putLong(export.backend().size()).putShort((short) session.transmissionFlags());
                 if (!noZeroes) out.put(new byte[124]);
@@ -149,7 +149,7 @@ final class Handshake {
             reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.name() + "'");
             return null;
         }
-        Session session = session(export);
+        Session session = session(export, option == Nbd.OPT_GO && req.infoRequests().contains(Nbd.INFO_BLOCK_SIZE));
         List<Info> infos = new ArrayList<>();
         infos.add(new Info.Export(export.backend().size(), session.transmissionFlags()));
         if (req.infoRequests().contains(Nbd.INFO_NAME)) infos.add(new Info.Name(export.name()));
@@ -214,9 +214,9 @@ final class Handshake {
         reply(option, Nbd.REP_ACK);
     }
 
-    private Session session(Export export) {
+    private Session session(Export export, boolean blockSizeAgreed) {
         int ctx = structured && export.name().equals(metaContextExport) ? metaContextId : 0;
-        return new Session(export, structured, ctx, export.transmissionFlags(structured));
+        return new Session(export, structured, ctx, export.transmissionFlags(structured), blockSizeAgreed);
     }
 
     private void reply(int option, int type) throws IOException {

@@ -61,7 +61,9 @@ final class RequestValidator {
         if (Long.compareUnsigned(r.offset(), size) > 0 || r.length() > size - r.offset()) {
             return writes ? Nbd.ENOSPC : Nbd.EINVAL;
         }
-        int min = blockSizes.minimum();
+        // Only a client that asked for the block sizes promised to keep to them (NBD spec, "Block size
+        // constraints"); the others get the default minimum of 1, which every backend serves.
+        int min = session.blockSizeAgreed() ? blockSizes.minimum() : 1;
         if (min > 1 && (r.offset() % min != 0 || r.length() % min != 0)) return Nbd.EINVAL;
         return 0;
     }

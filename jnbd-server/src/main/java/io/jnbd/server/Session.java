@@ -3,9 +3,12 @@ package io.jnbd.server;
 /**
  * What the handshake agreed on: the export, and the features that change how requests are answered.
  *
- * @param metaContextId the id of {@code base:allocation} if it was selected for this export, else 0
+ * @param metaContextId    the id of {@code base:allocation} if it was selected for this export, else 0
+ * @param blockSizeAgreed  the client asked for {@code NBD_INFO_BLOCK_SIZE} in GO, and so promised to keep to the
+ *                         minimum block size it was sent; any other client may send requests of any alignment
  */
-public record Session(Export export, boolean structuredReplies, int metaContextId, int transmissionFlags) {
+public record Session(Export export, boolean structuredReplies, int metaContextId, int transmissionFlags,
+                      boolean blockSizeAgreed) {
     public boolean blockStatusAllowed() {
         return metaContextId != 0;
     }
