@@ -76,7 +76,8 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--config", paramLabel = "FILE",
         description = "read listeners and exports from FILE (lines 'listen = HOST:PORT', 'unix = PATH', "
-            + "'export NAME = SPEC', 'default-export = NAME'; '#' starts a comment)")
+            + "'export NAME = SPEC', 'default-export = NAME', 'backlog = N'; "
+            + "'#' starts a comment; the command line wins)")
     Path config;
 
     @Option(names = "--default-export", paramLabel = "NAME",
@@ -91,6 +92,11 @@ public final class ServeCommand implements Callable<Integer> {
         description = "drop a client whose replies have not moved for this long, so clients that stop reading "
             + "cannot hold buffers from the others (default ${DEFAULT-VALUE})")
     int sendTimeout;
+
+    @Option(names = "--backlog", paramLabel = "N",
+        description = "connections the kernel queues before the server accepts them (default: the system's "
+            + "limit, net.core.somaxconn)")
+    Integer backlog;
 
     @Option(names = "--busy-poll", paramLabel = "MICROS", defaultValue = "50",
         description = "poll a connection for up to this long before sleeping, when its client sends one request "
@@ -161,6 +167,7 @@ public final class ServeCommand implements Callable<Integer> {
         List<String> tcp = new ArrayList<>(listen);
         List<Path> unixPaths = new ArrayList<>(unix);
         String defaultName = defaultExport;
+        Integer backlogSize = backlog;
         try {
             if (config != null) {
                 ConfigFile cf = ConfigFile.read(config);
@@ -168,6 +175,10 @@ public final class ServeCommand implements Callable<Integer> {
                 tcp.addAll(cf.listen());
                 cf.unix().forEach(u -> unixPaths.add(Path.of(u)));
                 if (defaultName == null) defaultName = cf.defaultExport();
+                if (backlogSize == null) backlogSize = cf.backlog();
+            }
+            if (backlogSize != null && backlogSize <= 0) {
+                throw new IllegalArgumentException("--backlog must be at least 1, not " + backlogSize);
             }
             for (String e : exports) specs.add(ExportSpec.parse(e));
             if (specs.isEmpty()) {
@@ -215,7 +226,8 @@ public final class ServeCommand implements Callable<Integer> {
             .withIoThreads(ioThreads)
             .withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L))
             .withSendBuffer(sendBufferBytes)
-            .withBufferBudget(ExportSpec.parseSize(bufferMemory));
+            .withBufferBudget(ExportSpec.parseSize(bufferMemory))
+            .withBacklog(backlogSize != null ? backlogSize : 0);
         NbdServer server = new NbdServer(registry, cfg);
         // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
         installSignalHandlers(server);

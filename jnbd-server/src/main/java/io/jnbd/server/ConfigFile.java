@@ -16,14 +16,19 @@ import java.util.List;
  * default-export = disk
  * export disk = file:/var/lib/vm.img,mode=direct
  * export scratch = memory:4G,description=Scratch space
+ * backlog = 4096
  * </pre>
+ *
+ * {@code backlog} is null when the file does not set it.
  */
-public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec> exports, String defaultExport) {
+public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec> exports, String defaultExport,
+                         Integer backlog) {
 
     public static ConfigFile read(Path path) throws IOException {
         List<String> listen = new ArrayList<>(), unix = new ArrayList<>();
         List<ExportSpec> exports = new ArrayList<>();
         String defaultExport = null;
+        Integer backlog = null;
         int n = 0;
         for (String raw : Files.readAllLines(path)) {
             n++;
@@ -41,6 +46,7 @@ public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec
                         case "listen" -> listen.add(value);
                         case "unix" -> unix.add(value);
                         case "default-export" -> defaultExport = value;
+                        case "backlog" -> backlog = positive(key, value);
                         default -> throw new IllegalArgumentException("unknown setting '" + key + "'");
                     }
                 }
@@ -48,6 +54,16 @@ public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec
                 throw new IllegalArgumentException(path + ":" + n + ": " + e.getMessage());
             }
         }
-        return new ConfigFile(listen, unix, exports, defaultExport);
+        return new ConfigFile(listen, unix, exports, defaultExport, backlog);
+    }
+
+    private static int positive(String key, String value) {
+        try {
+            int v = Integer.parseInt(value);
+            if (v > 0) return v;
+        } catch (NumberFormatException e) {
+            // the message below says what is wanted
+        }
+        throw new IllegalArgumentException(key + " must be a whole number of at least 1, not '" + value + "'");
     }
 }

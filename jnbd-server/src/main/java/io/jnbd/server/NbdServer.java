@@ -91,16 +91,17 @@ public final class NbdServer implements AutoCloseable {
             if (stopping) throw new IOException("server is stopping");
         }
         ServerSocketChannel server;
+        int backlog = config.backlog() > 0 ? config.backlog() : systemBacklog();
         if (address instanceof UnixDomainSocketAddress unix) {
             // A socket file left by a server that died is in the way; a live one would still answer.
             if (Files.exists(unix.getPath()) && !isLive(unix)) Files.delete(unix.getPath());
             server = ServerSocketChannel.open(StandardProtocolFamily.UNIX);
-            server.bind(unix);
+            server.bind(unix, backlog);
             unixPaths.add(unix.getPath());
         } else {
             server = ServerSocketChannel.open();
             server.setOption(StandardSocketOptions.SO_REUSEADDR, true);
-            server.bind(address, 128);
+            server.bind(address, backlog);
         }
         synchronized (stopLock) {
             // stop() may have run while we were binding; it could not close what it did not see.
@@ -112,8 +113,23 @@ public final class NbdServer implements AutoCloseable {
         }
         SocketAddress bound = server.getLocalAddress();
         Thread.ofPlatform().name("jnbd-accept-" + bound).start(() -> acceptLoop(server));
-        log.info("listening on {}", describe(bound));
+        log.info("listening on {} (backlog {})", describe(bound), backlog);
         return bound;
+    }
+
+    private static final Path SOMAXCONN = Path.of("/proc/sys/net/core/somaxconn");
+
+    /**
+     * The most connections the kernel queues for accept. A smaller queue overflows when many clients connect
+     * at once (a diskless site booting): the kernel then drops their handshakes or answers with SYN cookies,
+     * and those clients wait for retransmissions, up to half a minute.
+     */
+    static int systemBacklog() {
+        try {
+            return Math.max(128, Integer.parseInt(Files.readString(SOMAXCONN).strip()));
+        } catch (IOException | RuntimeException e) {
+            return 4096; // the kernel's default since Linux 5.4; it caps the value at its own limit anyway
+        }
     }
 
     private static boolean isLive(UnixDomainSocketAddress unix) {

@@ -18,10 +18,11 @@ import java.time.Duration;
  * @param writeDiscardLimit writes above maxPayload but below this are drained and refused; above it, the
  *                          connection is closed rather than read from for that long
  * @param sendBuffer        SO_SNDBUF of TCP connections: bytes, {@link #SEND_BUFFER_AUTO} or {@link #SEND_BUFFER_KERNEL}
+ * @param backlog           the listen backlog; 0 takes the system's limit ({@code net.core.somaxconn})
  */
 public record ServerConfig(Duration handshakeTimeout, int maxConnections, int requestsInFlight,
                            long bufferBudget, int maxPayload, long writeDiscardLimit, int ioThreads,
-                           Duration sendTimeout, Duration busyPoll, int sendBuffer) {
+                           Duration sendTimeout, Duration busyPoll, int sendBuffer, int backlog) {
 
     /** {@code sendBuffer}: the kernel sizes every connection's send buffer (its autotuning). */
     public static final int SEND_BUFFER_KERNEL = 0;
@@ -39,6 +40,7 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     public ServerConfig {
         if (sendBuffer < SEND_BUFFER_AUTO) throw new IllegalArgumentException("send buffer must be a size, auto or kernel");
+        if (backlog < 0) throw new IllegalArgumentException("backlog must be 0 (the system's limit) or positive");
     }
 
     /**
@@ -52,11 +54,15 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     public static ServerConfig defaults() {
         return new ServerConfig(Duration.ofSeconds(10), 1024, 64, 256L << 20, 1 << 25, 256L << 20, 32, Duration.ofSeconds(60), Duration.ofNanos(50_000),
-            SEND_BUFFER_AUTO);
+            SEND_BUFFER_AUTO, 0);
     }
 
     public ServerConfig withHandshakeTimeout(Duration d) {
         return change(c -> c.handshakeTimeout = d);
+    }
+
+    public ServerConfig withMaxConnections(int n) {
+        return change(c -> c.maxConnections = n);
     }
 
     public ServerConfig withRequestsInFlight(int n) {
@@ -69,6 +75,11 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     public ServerConfig withSendTimeout(Duration d) {
         return change(c -> c.sendTimeout = d);
+    }
+
+    /** 0 for the system's limit. */
+    public ServerConfig withBacklog(int n) {
+        return change(c -> c.backlog = n);
     }
 
     public ServerConfig withBusyPoll(Duration d) {
@@ -93,7 +104,7 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     private static final class Copy {
         Duration handshakeTimeout, sendTimeout, busyPoll;
-        int maxConnections, requestsInFlight, maxPayload, ioThreads, sendBuffer;
+        int maxConnections, requestsInFlight, maxPayload, ioThreads, sendBuffer, backlog;
         long bufferBudget, writeDiscardLimit;
 
         Copy(ServerConfig c) {
@@ -107,11 +118,12 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
             sendTimeout = c.sendTimeout;
             busyPoll = c.busyPoll;
             sendBuffer = c.sendBuffer;
+            backlog = c.backlog;
         }
 
         ServerConfig build() {
             return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload,
-                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer);
+                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer, backlog);
         }
     }
 }

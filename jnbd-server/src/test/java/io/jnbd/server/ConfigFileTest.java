@@ -33,7 +33,9 @@ class ConfigFileTest {
             default-export = scratch
             export disk = file:/var/lib/vm.img,mode=direct
             export scratch = memory:4G,description=Scratch space, with = signs
+            backlog = 2048
             """));
+        assertThat(c.backlog()).isEqualTo(2048);
         assertThat(c.listen()).containsExactly("127.0.0.1:10809", "[::1]:10810");
         assertThat(c.unix()).containsExactly("/run/jnbd.sock");
         assertThat(c.defaultExport()).isEqualTo("scratch");
@@ -49,6 +51,14 @@ class ConfigFileTest {
         assertThat(c.exports()).isEmpty();
         assertThat(c.listen()).isEmpty();
         assertThat(c.defaultExport()).isNull();
+        assertThat(c.backlog()).as("not set: the command line or the default decides").isNull();
+    }
+
+    @Test
+    void aBacklogThatIsNotAPositiveWholeNumberNamesFileLineAndKey() throws IOException {
+        Path q = write("listen = 127.0.0.1:1\nbacklog = lots\n");
+        assertThatThrownBy(() -> ConfigFile.read(q)).isInstanceOf(IllegalArgumentException.class)
+            .hasMessage(q + ":2: backlog must be a whole number of at least 1, not 'lots'");
     }
 
     @Test

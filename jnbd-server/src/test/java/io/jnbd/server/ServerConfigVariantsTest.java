@@ -66,6 +66,9 @@ class ServerConfigVariantsTest {
         assertThat(d.withSendBuffer(1 << 20).withSendBuffer(d.sendBuffer())).isEqualTo(d);
         assertThat(d.withBufferBudget(1 << 20).bufferBudget()).isEqualTo(1 << 20);
         assertThat(d.withBufferBudget(1 << 20).withBufferBudget(d.bufferBudget())).isEqualTo(d);
+        assertThat(d.withBacklog(17).backlog()).isEqualTo(17);
+        assertThat(d.withBacklog(17).withBacklog(d.backlog())).isEqualTo(d);
+        assertThat(d.withMaxConnections(5).withMaxConnections(d.maxConnections())).isEqualTo(d);
     }
 
     @Test
@@ -98,9 +101,7 @@ class ServerConfigVariantsTest {
 
     @Test
     void connectionsBeyondTheLimitAreRefusedAndTheLimitFreesUp() throws Exception {
-        ServerConfig d = ServerConfig.defaults();
-        ServerConfig config = new ServerConfig(d.handshakeTimeout(), 2, d.requestsInFlight(), d.bufferBudget(),
-            d.maxPayload(), d.writeDiscardLimit(), d.ioThreads(), d.sendTimeout(), d.busyPoll(), d.sendBuffer());
+        ServerConfig config = ServerConfig.defaults().withMaxConnections(2);
         try (ServerFixture fx = new ServerFixture(memory(), config)) {
             RawClient a = fx.open("m");
             RawClient b = fx.open("m");
