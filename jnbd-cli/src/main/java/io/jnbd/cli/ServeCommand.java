@@ -76,7 +76,7 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--config", paramLabel = "FILE",
         description = "read listeners and exports from FILE (lines 'listen = HOST:PORT', 'unix = PATH', "
-            + "'export NAME = SPEC', 'default-export = NAME', 'backlog = N'; "
+            + "'export NAME = SPEC', 'default-export = NAME', 'receive-timeout = SECONDS', 'backlog = N'; "
             + "'#' starts a comment; the command line wins)")
     Path config;
 
@@ -92,6 +92,12 @@ public final class ServeCommand implements Callable<Integer> {
         description = "drop a client whose replies have not moved for this long, so clients that stop reading "
             + "cannot hold buffers from the others (default ${DEFAULT-VALUE})")
     int sendTimeout;
+
+    @Option(names = "--receive-timeout", paramLabel = "SECONDS",
+        description = "drop a client that sent part of a request (a header, a write payload) and then nothing "
+            + "for this long, giving back the buffers it holds; clients idle between requests stay "
+            + "(default 30)")
+    Integer receiveTimeout;
 
     @Option(names = "--backlog", paramLabel = "N",
         description = "connections the kernel queues before the server accepts them (default: the system's "
@@ -167,7 +173,7 @@ public final class ServeCommand implements Callable<Integer> {
         List<String> tcp = new ArrayList<>(listen);
         List<Path> unixPaths = new ArrayList<>(unix);
         String defaultName = defaultExport;
-        Integer backlogSize = backlog;
+        Integer receiveSeconds = receiveTimeout, backlogSize = backlog;
         try {
             if (config != null) {
                 ConfigFile cf = ConfigFile.read(config);
@@ -175,7 +181,11 @@ public final class ServeCommand implements Callable<Integer> {
                 tcp.addAll(cf.listen());
                 cf.unix().forEach(u -> unixPaths.add(Path.of(u)));
                 if (defaultName == null) defaultName = cf.defaultExport();
+                if (receiveSeconds == null) receiveSeconds = cf.receiveTimeout();
                 if (backlogSize == null) backlogSize = cf.backlog();
+            }
+            if (receiveSeconds != null && receiveSeconds <= 0) {
+                throw new IllegalArgumentException("--receive-timeout must be at least 1 second, not " + receiveSeconds);
             }
             if (backlogSize != null && backlogSize <= 0) {
                 throw new IllegalArgumentException("--backlog must be at least 1, not " + backlogSize);
@@ -227,6 +237,7 @@ public final class ServeCommand implements Callable<Integer> {
             .withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L))
             .withSendBuffer(sendBufferBytes)
             .withBufferBudget(ExportSpec.parseSize(bufferMemory))
+            .withReceiveTimeout(receiveSeconds != null ? Duration.ofSeconds(receiveSeconds) : ServerConfig.DEFAULT_RECEIVE_TIMEOUT)
             .withBacklog(backlogSize != null ? backlogSize : 0);
         NbdServer server = new NbdServer(registry, cfg);
         // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.

@@ -118,6 +118,15 @@ final class RawNbdClient implements AutoCloseable {
         return reply.error();
     }
 
+    /** True if the server closes the connection (EOF or reset) without sending anything more; false if it sends a byte. */
+    boolean closedByPeer() throws IOException {
+        try {
+            return in.read() < 0;
+        } catch (java.net.SocketException e) {
+            return true; // connection reset
+        }
+    }
+
     private static void expect(boolean condition, String what) throws IOException {
         if (!condition) throw new IOException("protocol violation by the server: expected " + what);
     }

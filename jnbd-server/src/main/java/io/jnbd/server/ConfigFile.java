@@ -16,19 +16,20 @@ import java.util.List;
  * default-export = disk
  * export disk = file:/var/lib/vm.img,mode=direct
  * export scratch = memory:4G,description=Scratch space
+ * receive-timeout = 30
  * backlog = 4096
  * </pre>
  *
- * {@code backlog} is null when the file does not set it.
+ * {@code receiveTimeout} and {@code backlog} are null when the file does not set them.
  */
 public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec> exports, String defaultExport,
-                         Integer backlog) {
+                         Integer receiveTimeout, Integer backlog) {
 
     public static ConfigFile read(Path path) throws IOException {
         List<String> listen = new ArrayList<>(), unix = new ArrayList<>();
         List<ExportSpec> exports = new ArrayList<>();
         String defaultExport = null;
-        Integer backlog = null;
+        Integer receiveTimeout = null, backlog = null;
         int n = 0;
         for (String raw : Files.readAllLines(path)) {
             n++;
@@ -46,6 +47,7 @@ public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec
                         case "listen" -> listen.add(value);
                         case "unix" -> unix.add(value);
                         case "default-export" -> defaultExport = value;
+                        case "receive-timeout" -> receiveTimeout = positive(key, value);
                         case "backlog" -> backlog = positive(key, value);
                         default -> throw new IllegalArgumentException("unknown setting '" + key + "'");
                     }
@@ -54,7 +56,7 @@ public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec
                 throw new IllegalArgumentException(path + ":" + n + ": " + e.getMessage());
             }
         }
-        return new ConfigFile(listen, unix, exports, defaultExport, backlog);
+        return new ConfigFile(listen, unix, exports, defaultExport, receiveTimeout, backlog);
     }
 
     private static int positive(String key, String value) {

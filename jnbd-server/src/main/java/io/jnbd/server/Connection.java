@@ -10,7 +10,6 @@ import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Extent;
 import io.jnbd.server.backend.NbdErrors;
 import io.jnbd.server.io.BufferPool;
-import io.jnbd.server.io.Channels;
 import io.jnbd.server.io.NativeIo;
 import io.jnbd.server.io.Releasable;
 import java.io.EOFException;
@@ -37,7 +36,6 @@ import org.slf4j.LoggerFactory;
  */
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
-    private static final int INPUT_BUFFER = 256 * 1024;
     /** Cached reads up to this size are served from the page cache on the reader thread when it can (see readIfCached). */
     private static final int INLINE_READ_MAX = 64 * 1024;
     /**
@@ -49,9 +47,6 @@ final class Connection implements Runnable {
     /** A lone request up to this size does its disk I/O on this thread (see submit). */
     private static final int INLINE_DISK_MAX = 64 * 1024;
     private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
-    /** Payload rests from this size up are read with a raised receive low-water mark (see readPayload). */
-    private static final int PAYLOAD_LOW_WATER_MIN = 128 * 1024;
-    private static final int PAYLOAD_LOW_WATER_MAX = 1 << 20;
 
     private final NbdServer server;
     private final SocketChannel channel;
@@ -63,8 +58,10 @@ final class Connection implements Runnable {
     private final Semaphore byteBudget = new Semaphore(CONNECTION_BUFFER_BYTES / 4096);
     private volatile boolean transmitting;
     private volatile boolean stopRequested;
+    private volatile String dropReason;
     private Session session;
     private ReplyWriter writer;
+    private volatile Intake intake;
     private Thread readerThread;
     /** Replies made on the reader thread during one batch; only the reader thread touches it. */
     private final List<ReplyWriter.Part> deferred = new ArrayList<>();
@@ -124,6 +121,18 @@ final class Connection implements Runnable {
         return w == null ? 0 : w.busyNanos(now);
     }
 
+    /** How long the client has left a request it began sending unfinished, in nanoseconds; 0 if it has not. */
+    long receiveStalledNanos(long now) {
+        Intake i = intake;
+        return i == null ? 0 : i.stalledNanos(now);
+    }
+
+    /** Ends the connection (see {@link #abort()}), saying why in the line that logs its end. */
+    void drop(String why) {
+        dropReason = why;
+        abort();
+    }
+
     @Override
     public void run() {
         String end = "client disconnected";
@@ -151,6 +160,7 @@ final class Connection implements Runnable {
             end = "internal error: " + e;
             log.error("{}: internal error", peer, e);
         } finally {
+            if (dropReason != null) end = dropReason;
             try {
                 channel.close();
             } catch (IOException ignored) {
@@ -169,41 +179,31 @@ final class Connection implements Runnable {
         writer = new ReplyWriter(channel, this::completed, this::abort);
         readerThread = Thread.currentThread();
         Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
-        // Requests are read in bulk: one read system call takes in every request the client has sent so far.
-        ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
-        int socketFd = NativeIo.socketFd(channel);
-        BusyPoll poll = new BusyPoll(socketFd, server.config().busyPoll().toNanos());
-        ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
+        intake = new Intake(channel, server.config().busyPoll().toNanos(), server.config().receiveTimeout());
         List<InFlight> batch = new ArrayList<>();
+        // The budget may be held by this very batch's payloads: submit them before waiting for more.
+        Intake.Leaser leaser = size -> {
+            BufferPool.Lease lease = server.buffers().tryAcquire(size, 0);
+            if (lease != null) return lease;
+            submit(batch, backend);
+            return server.buffers().acquire(size);
+        };
         String end = "client disconnected";
-        // Set after a large write payload (one read with a raised low-water mark). The next read then takes in
-        // one request header and no more, so that the payload likely behind it goes from the socket straight
-        // into its own buffer instead of being copied twice (up to 256 KiB of it through this buffer); and it
-        // does not busy-poll (see BusyPoll).
-        boolean headerOnly = false;
         try {
             while (true) {
-                if (in.remaining() < Nbd.REQUEST_SIZE) {
-                    // Everything received so far is parsed: hand it over before waiting for more.
+                Request r = intake.next();
+                if (r == null) {
+                    // Everything received so far is parsed: hand it over before waiting for more. Requests still
+                    // being served will reply on their own time: then the CPU is better left to the I/O threads
+                    // than spent polling for the next request.
                     submit(batch, backend);
-                    in.compact();
-                    if (headerOnly) in.limit(Nbd.REQUEST_SIZE); // compact moved what is left of a header to 0
-                    // Requests still being served will reply on their own time: then the CPU is better
-                    // left to the I/O threads than spent polling for the next request.
-                    int n = requestsInFlight() == 0 ? poll.poll(in) : 0;
-                    if (n == 0) n = channel.read(in);
-                    in.flip();
-                    if (n < 0) {
-                        if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");
+                    if (!intake.fill(requestsInFlight() == 0)) {
                         end = stopRequested ? "closed by server shutdown" : "client disconnected";
                         break;
                     }
                     continue;
                 }
-                Request r = Request.decode(in);
                 long received = System.nanoTime();
-                headerOnly = r.hasPayload() && r.length() >= PAYLOAD_LOW_WATER_MIN;
-                poll.afterLargePayload(headerOnly);
                 stats.requests.increment();
                 if (r.type() == Nbd.CMD_DISC) {
                     end = "client sent DISC";
@@ -214,11 +214,7 @@ final class Connection implements Runnable {
                         && r.length() > server.config().writeDiscardLimit()) {
                     throw new ProtocolException("write of " + r.length() + " bytes is beyond any payload this server reads");
                 }
-                if (r.hasPayload() && error != 0) {
-                    long buffered = Math.min(in.remaining(), r.length());
-                    in.position(in.position() + (int) buffered);
-                    Channels.discard(channel, r.length() - buffered, scratch);
-                }
+                if (r.hasPayload() && error != 0) intake.discard(r.length());
                 int bytes = error == 0 && needsBuffer(r, backend) ? bytePermits(r.length()) : 0;
                 InFlight f = new InFlight(r, received, bytes);
                 // Never block holding requests that are not yet submitted: their permits would never return.
@@ -235,33 +231,23 @@ final class Connection implements Runnable {
                     continue;
                 }
                 if (r.hasPayload() && r.length() > 0) {
-                    f.payload = server.buffers().tryAcquire((int) r.length(), 0);
-                    if (f.payload == null) {
-                        // The budget may be held by this very batch's payloads: submit them before waiting.
-                        submit(batch, backend);
-                        f.payload = server.buffers().acquire((int) r.length());
-                    }
-                    ByteBuffer dst = f.payload.buffer();
-                    // The part already buffered is copied; the rest goes from the socket straight into the payload.
-                    int buffered = (int) Math.min(in.remaining(), r.length());
-                    dst.put(in.slice(in.position(), buffered));
-                    in.position(in.position() + buffered);
                     // Only a client with nothing else in flight gets its write split: with more requests in
                     // flight the disk already works on one while the next arrives, and splitting measured
                     // level to 0.8x at QD2-8 (4 MiB direct writes, 22 Nov) against 1.3-1.7x at QD1.
                     int chunk = requestsInFlight() == 1 ? server.writeChunkSize(session.export(), r) : 0;
                     if (chunk > 0) {
-                        new SplitWrite(f, backend, chunk).receive(dst, socketFd);
+                        new SplitWrite(f, backend, chunk).receive(leaser);
                         flushDeferred();
                         continue;
                     }
+                    Payload payload = new Payload();
+                    f.payload = payload;
                     try {
-                        readPayload(dst, socketFd);
-                    } catch (IOException e) {
+                        intake.receivePayload(r.length(), Intake.PIECE, leaser, (at, piece) -> payload.add(piece));
+                    } catch (IOException | InterruptedException | RuntimeException e) {
                         completed(f);
                         throw e;
                     }
-                    dst.flip();
                 }
                 batch.add(f);
             }
@@ -278,42 +264,6 @@ final class Connection implements Runnable {
             if (drained) inFlight.release(window);
         }
         return end;
-    }
-
-    /**
-     * Reads the rest of a write payload from the socket. For a large rest the socket's receive low-water mark
-     * is raised to it (at most {@link #PAYLOAD_LOW_WATER_MAX}) and this thread polls, so the kernel wakes it
-     * once when the bytes are there instead of once per segment. Those wake-ups are paid for by the client's
-     * sending thread, which sets the pace of a stream of large writes. Nothing is read until the poll says
-     * the mark is reached: a blocking read that had copied part of the bytes could wait forever (the kernel
-     * counts only bytes not yet copied against the mark).
-     */
-    private void readPayload(ByteBuffer dst, int socketFd) throws IOException {
-        if (socketFd < 0 || dst.remaining() < PAYLOAD_LOW_WATER_MIN) {
-            Channels.readExactly(channel, dst);
-            return;
-        }
-        int lowWater = 1;
-        try {
-            while (dst.hasRemaining()) {
-                // Never above what is still to come: the poll would wait for bytes the client does not owe.
-                int want = Math.min(dst.remaining(), PAYLOAD_LOW_WATER_MAX);
-                if (want != lowWater) NativeIo.setReceiveLowWater(socketFd, lowWater = want);
-                // The timeout only bounds how long a wake-up the kernel might not give is waited for.
-                NativeIo.waitReadable(socketFd, 1000);
-                if (NativeIo.recvWithoutWaiting(socketFd, dst) < 0) {
-                    throw new EOFException("peer closed the connection in the middle of a write payload");
-                }
-            }
-        } finally {
-            if (lowWater != 1) {
-                try {
-                    NativeIo.setReceiveLowWater(socketFd, 1);
-                } catch (IOException e) {
-                    log.debug("{}: could not reset SO_RCVLOWAT: {}", peer, e.toString()); // the socket is going away
-                }
-            }
-        }
     }
 
     /**
@@ -496,11 +446,11 @@ final class Connection implements Runnable {
                 }
                 case Nbd.CMD_WRITE -> {
                     if (members.size() == 1) {
-                        if (first.payload != null) backend.write(r.offset(), first.payload.buffer(), r.has(Nbd.CMD_FLAG_FUA));
+                        if (first.payload != null) first.payload.writeTo(backend, r.offset(), r.has(Nbd.CMD_FLAG_FUA));
                     } else {
-                        ByteBuffer[] bufs = new ByteBuffer[members.size()];
-                        for (int i = 0; i < bufs.length; i++) bufs[i] = members.get(i).payload.buffer();
-                        backend.write(op.offset(), bufs, op.fua());
+                        List<ByteBuffer> bufs = new ArrayList<>(members.size());
+                        for (InFlight m : members) m.payload.addBuffersTo(bufs);
+                        backend.write(op.offset(), bufs.toArray(ByteBuffer[]::new), op.fua());
                     }
                     stats.bytesWritten.add(op.length());
                     server.stats().bytesWritten.add(op.length());
@@ -726,29 +676,23 @@ final class Connection implements Runnable {
             this.chunk = chunk;
         }
 
-        /** On the reader: receives the payload into {@code dst} (which holds its first bytes already), chunk by chunk. */
-        void receive(ByteBuffer dst, int socketFd) throws IOException {
+        /** On the reader: receives the payload piece by piece, each piece going to an I/O thread once it is in. */
+        void receive(Intake.Leaser leaser) throws IOException, InterruptedException {
             Request r = flight.request;
-            int length = (int) r.length();
             try {
-                for (int start = 0; start < length; start += chunk) {
-                    int end = Math.min(length, start + chunk);
-                    if (dst.position() < end) {
-                        dst.limit(end);
-                        readPayload(dst, socketFd);
-                    }
-                    ByteBuffer piece = dst.slice(start, end - start);
-                    long offset = r.offset() + start;
-                    if (start == 0) flight.timing.diskStart = System.nanoTime();
+                intake.receivePayload(r.length(), chunk, leaser, (at, piece) -> {
+                    long offset = r.offset() + at;
+                    if (at == 0) flight.timing.diskStart = System.nanoTime();
                     pending.incrementAndGet();
                     try {
                         server.io().execute(() -> writeChunk(offset, piece));
                     } catch (RuntimeException e) { // the pool is shutting down
+                        piece.release();
                         fail(Nbd.ESHUTDOWN, "server is shutting down");
                         chunkDone();
                     }
-                }
-            } catch (IOException e) {
+                });
+            } catch (IOException | InterruptedException | RuntimeException e) {
                 receiveFailed = true;
                 throw e;
             } finally {
@@ -756,15 +700,16 @@ final class Connection implements Runnable {
             }
         }
 
-        private void writeChunk(long offset, ByteBuffer piece) {
+        private void writeChunk(long offset, BufferPool.Lease piece) {
             try {
-                if (error == 0) backend.write(offset, piece, flight.request.has(Nbd.CMD_FLAG_FUA));
+                if (error == 0) backend.write(offset, piece.buffer(), flight.request.has(Nbd.CMD_FLAG_FUA));
             } catch (Throwable t) {
                 if (t instanceof InterruptedException) Thread.currentThread().interrupt();
                 int e = NbdErrors.of(t);
                 if (e == Nbd.EIO) log.warn("{}: {} failed at offset {}: {}", peer, flight.request, offset, t.toString());
                 fail(e, t.getMessage() != null ? t.getMessage() : t.toString());
             } finally {
+                piece.release();
                 chunkDone();
             }
         }

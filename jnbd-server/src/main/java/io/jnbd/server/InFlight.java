@@ -1,7 +1,6 @@
 package io.jnbd.server;
 
 import io.jnbd.protocol.Request;
-import io.jnbd.server.io.BufferPool;
 
 /**
  * A request between being read and its reply reaching the wire: what it holds of the connection's window
@@ -11,7 +10,8 @@ final class InFlight {
     final Request request;
     final ServerStats.Timing timing;
     final int bytePermits;
-    BufferPool.Lease payload;
+    /** The write payload, until the write is done; null for other commands and for writes split as they arrive. */
+    Payload payload;
 
     InFlight(Request request, long receivedNanos, int bytePermits) {
         this.request = request;

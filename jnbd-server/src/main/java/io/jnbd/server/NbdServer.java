@@ -71,7 +71,8 @@ public final class NbdServer implements AutoCloseable {
         // Disk work only: replies leave through each connection's writer, so a stalled client cannot hold these.
         this.io = Executors.newFixedThreadPool(config.ioThreads(), Thread.ofPlatform().name("jnbd-io-", 0).daemon().factory());
         this.timers = Executors.newSingleThreadScheduledExecutor(Thread.ofPlatform().name("jnbd-timer").daemon().factory());
-        long check = Math.max(50, Math.min(1000, config.sendTimeout().toMillis() / 4));
+        long shortest = Math.min(config.sendTimeout().toMillis(), config.receiveTimeout().toMillis());
+        long check = Math.max(50, Math.min(1000, shortest / 4));
         timers.scheduleAtFixedRate(this::dropStalledConnections, check, check, TimeUnit.MILLISECONDS);
     }
 
@@ -215,14 +216,27 @@ public final class NbdServer implements AutoCloseable {
         return "unix#" + id;
     }
 
+    /**
+     * Drops the clients that keep what they hold from everyone else: one that stopped reading its replies, one
+     * that stopped sending in the middle of a request. Dropping gives back its buffers and its permits.
+     */
     private void dropStalledConnections() {
-        long now = System.nanoTime(), limit = config.sendTimeout().toNanos();
+        long now = System.nanoTime();
         for (Connection c : connections) {
-            if (c.writerStalledNanos(now) > limit) {
-                log.warn("{}: has not read its replies for {}s, closing", c.peer(), config.sendTimeout().toSeconds());
-                c.abort();
+            if (c.writerStalledNanos(now) > config.sendTimeout().toNanos()) {
+                String why = "has not read its replies for " + seconds(config.sendTimeout());
+                log.warn("{}: {}, closing", c.peer(), why);
+                c.drop("dropped: " + why);
+            } else if (c.receiveStalledNanos(now) > config.receiveTimeout().toNanos()) {
+                String why = "sent part of a request, then nothing for " + seconds(config.receiveTimeout());
+                log.warn("{}: {}, closing", c.peer(), why);
+                c.drop("dropped: " + why);
             }
         }
+    }
+
+    private static String seconds(Duration d) {
+        return d.toMillis() % 1000 == 0 ? d.toSeconds() + "s" : d.toMillis() / 1000.0 + "s";
     }
 
     void connectionClosed(Connection c) {
@@ -235,6 +249,11 @@ public final class NbdServer implements AutoCloseable {
         stats.report(1); // start the first interval now
         timers.scheduleAtFixedRate(() -> log.info("stats over {}s: {}", ms / 1000.0, stats.report(ms / 1000.0)),
             ms, ms, TimeUnit.MILLISECONDS);
+    }
+
+    /** Bytes of the buffer budget ({@link ServerConfig#bufferBudget()}) on loan right now. */
+    public long bufferBytesInUse() {
+        return buffers.outstandingBytes();
     }
 
     /** Number of open connections (in handshake or transmission). */

@@ -18,11 +18,15 @@ import java.time.Duration;
  * @param writeDiscardLimit writes above maxPayload but below this are drained and refused; above it, the
  *                          connection is closed rather than read from for that long
  * @param sendBuffer        SO_SNDBUF of TCP connections: bytes, {@link #SEND_BUFFER_AUTO} or {@link #SEND_BUFFER_KERNEL}
+ * @param receiveTimeout    a connection that has sent part of a request (a header, a write payload) and then
+ *                          nothing more for this long is dropped, giving back what it holds; a client idle
+ *                          between requests is never dropped
  * @param backlog           the listen backlog; 0 takes the system's limit ({@code net.core.somaxconn})
  */
 public record ServerConfig(Duration handshakeTimeout, int maxConnections, int requestsInFlight,
                            long bufferBudget, int maxPayload, long writeDiscardLimit, int ioThreads,
-                           Duration sendTimeout, Duration busyPoll, int sendBuffer, int backlog) {
+                           Duration sendTimeout, Duration busyPoll, int sendBuffer, Duration receiveTimeout,
+                           int backlog) {
 
     /** {@code sendBuffer}: the kernel sizes every connection's send buffer (its autotuning). */
     public static final int SEND_BUFFER_KERNEL = 0;
@@ -40,6 +44,7 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     public ServerConfig {
         if (sendBuffer < SEND_BUFFER_AUTO) throw new IllegalArgumentException("send buffer must be a size, auto or kernel");
+        if (receiveTimeout.isNegative() || receiveTimeout.isZero()) throw new IllegalArgumentException("receive timeout must be positive");
         if (backlog < 0) throw new IllegalArgumentException("backlog must be 0 (the system's limit) or positive");
     }
 
@@ -52,9 +57,16 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
         return sendBuffer;
     }
 
+    /**
+     * Long enough to ride out TCP's retransmissions over a lossy link (the retransmission timer doubles from
+     * 200 ms; six losses in a row cost about 25 s), short enough that a client that stopped in the middle of a
+     * request gives back what it holds within half a minute.
+     */
+    public static final Duration DEFAULT_RECEIVE_TIMEOUT = Duration.ofSeconds(30);
+
     public static ServerConfig defaults() {
         return new ServerConfig(Duration.ofSeconds(10), 1024, 64, 256L << 20, 1 << 25, 256L << 20, 32, Duration.ofSeconds(60), Duration.ofNanos(50_000),
-            SEND_BUFFER_AUTO, 0);
+            SEND_BUFFER_AUTO, DEFAULT_RECEIVE_TIMEOUT, 0);
     }
 
     public ServerConfig withHandshakeTimeout(Duration d) {
@@ -75,6 +87,10 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     public ServerConfig withSendTimeout(Duration d) {
         return change(c -> c.sendTimeout = d);
+    }
+
+    public ServerConfig withReceiveTimeout(Duration d) {
+        return change(c -> c.receiveTimeout = d);
     }
 
     /** 0 for the system's limit. */
@@ -103,7 +119,7 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
     }
 
     private static final class Copy {
-        Duration handshakeTimeout, sendTimeout, busyPoll;
+        Duration handshakeTimeout, sendTimeout, busyPoll, receiveTimeout;
         int maxConnections, requestsInFlight, maxPayload, ioThreads, sendBuffer, backlog;
         long bufferBudget, writeDiscardLimit;
 
@@ -118,12 +134,13 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
             sendTimeout = c.sendTimeout;
             busyPoll = c.busyPoll;
             sendBuffer = c.sendBuffer;
+            receiveTimeout = c.receiveTimeout;
             backlog = c.backlog;
         }
 
         ServerConfig build() {
             return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload,
-                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer, backlog);
+                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer, receiveTimeout, backlog);
         }
     }
 }

@@ -33,8 +33,10 @@ class ConfigFileTest {
             default-export = scratch
             export disk = file:/var/lib/vm.img,mode=direct
             export scratch = memory:4G,description=Scratch space, with = signs
+            receive-timeout = 45
             backlog = 2048
             """));
+        assertThat(c.receiveTimeout()).isEqualTo(45);
         assertThat(c.backlog()).isEqualTo(2048);
         assertThat(c.listen()).containsExactly("127.0.0.1:10809", "[::1]:10810");
         assertThat(c.unix()).containsExactly("/run/jnbd.sock");
@@ -51,14 +53,18 @@ class ConfigFileTest {
         assertThat(c.exports()).isEmpty();
         assertThat(c.listen()).isEmpty();
         assertThat(c.defaultExport()).isNull();
-        assertThat(c.backlog()).as("not set: the command line or the default decides").isNull();
+        assertThat(c.receiveTimeout()).as("not set: the command line or the default decides").isNull();
+        assertThat(c.backlog()).isNull();
     }
 
     @Test
-    void aBacklogThatIsNotAPositiveWholeNumberNamesFileLineAndKey() throws IOException {
-        Path q = write("listen = 127.0.0.1:1\nbacklog = lots\n");
+    void settingsThatMustBePositiveWholeNumbersNameFileLineAndKey() throws IOException {
+        Path p = write("listen = 127.0.0.1:1\nreceive-timeout = 0\n");
+        assertThatThrownBy(() -> ConfigFile.read(p)).isInstanceOf(IllegalArgumentException.class)
+            .hasMessage(p + ":2: receive-timeout must be a whole number of at least 1, not '0'");
+        Path q = write("backlog = lots\n");
         assertThatThrownBy(() -> ConfigFile.read(q)).isInstanceOf(IllegalArgumentException.class)
-            .hasMessage(q + ":2: backlog must be a whole number of at least 1, not 'lots'");
+            .hasMessage(q + ":1: backlog must be a whole number of at least 1, not 'lots'");
     }
 
     @Test

@@ -66,6 +66,8 @@ class ServerConfigVariantsTest {
         assertThat(d.withSendBuffer(1 << 20).withSendBuffer(d.sendBuffer())).isEqualTo(d);
         assertThat(d.withBufferBudget(1 << 20).bufferBudget()).isEqualTo(1 << 20);
         assertThat(d.withBufferBudget(1 << 20).withBufferBudget(d.bufferBudget())).isEqualTo(d);
+        assertThat(d.withReceiveTimeout(java.time.Duration.ofSeconds(2)).receiveTimeout()).hasSeconds(2);
+        assertThat(d.withReceiveTimeout(java.time.Duration.ofSeconds(2)).withReceiveTimeout(d.receiveTimeout())).isEqualTo(d);
         assertThat(d.withBacklog(17).backlog()).isEqualTo(17);
         assertThat(d.withBacklog(17).withBacklog(d.backlog())).isEqualTo(d);
         assertThat(d.withMaxConnections(5).withMaxConnections(d.maxConnections())).isEqualTo(d);

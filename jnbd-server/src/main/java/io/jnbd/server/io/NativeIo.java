@@ -54,6 +54,8 @@ public final class NativeIo {
     private static final MethodHandle RECV;
     private static final MethodHandle SETSOCKOPT;
     private static final MethodHandle POLL;
+    private static final MethodHandle IOCTL;
+    private static final long FIONREAD = 0x541B;
     private static final MethodHandle MMAP;
     private static final MethodHandle MUNMAP;
     private static final MethodHandle MADVISE;
@@ -92,6 +94,7 @@ public final class NativeIo {
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
         MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null, recv = null, setsockopt = null, poll = null;
+        MethodHandle ioctl = null;
         MethodHandle mmap = null, munmap = null, madvise = null;
         StructLayout capture = null;
         VarHandle errno = null;
@@ -140,6 +143,9 @@ public final class NativeIo {
                 poll = linker.downcallHandle(libc.find("poll").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG,
                         ValueLayout.JAVA_INT), ccs);
+                ioctl = linker.downcallHandle(libc.find("ioctl").orElseThrow(),
+                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG,
+                        ValueLayout.ADDRESS), ccs, Linker.Option.firstVariadicArg(2));
                 mmap = linker.downcallHandle(libc.find("mmap").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
                         ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG));
@@ -160,6 +166,7 @@ public final class NativeIo {
         RECV = recv;
         SETSOCKOPT = setsockopt;
         POLL = poll;
+        IOCTL = ioctl;
         MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
         SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
@@ -505,6 +512,22 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("poll", t);
+        }
+    }
+
+    /** How many received bytes wait in the socket to be read (ioctl FIONREAD). */
+    public static int bytesQueued(int socketFd) throws IOException {
+        MemorySegment[] scratch = SEND_SCRATCH.get();
+        MemorySegment state = scratch[0];
+        MemorySegment value = scratch[1].asSlice(0, 4); // this thread is not inside sendHeaderAndFile now
+        try {
+            int r = (int) IOCTL.invokeExact(state, socketFd, FIONREAD, value);
+            if (r < 0) throw new ErrnoException("ioctl(FIONREAD)", errno(state));
+            return value.get(ValueLayout.JAVA_INT, 0);
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("ioctl", t);
         }
     }
 

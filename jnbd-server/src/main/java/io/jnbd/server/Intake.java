@@ -1,0 +1,239 @@
+package io.jnbd.server;
+
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.ProtocolException;
+import io.jnbd.protocol.Request;
+import io.jnbd.server.io.BufferPool;
+import io.jnbd.server.io.NativeIo;
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+
+/**
+ * What one connection receives in the transmission phase: request headers and write payloads, from the socket
+ * into its input buffer and into buffers of the server's pool.
+ *
+ * <p>Two rules keep a client from holding what other clients need. A payload's buffers are leased piece by
+ * piece, each only once that piece's bytes have arrived (until then they wait in the kernel's socket buffer),
+ * so a client that announces a large write and sends little of it holds nothing of the pool. And a client that
+ * stops sending in the middle of a request, a header or a payload, shows in {@link #stalledNanos}, which the
+ * server's watchdog holds against the receive timeout. A client idle between requests does not (the kernel's
+ * nbd connections sit idle for hours), nor does time this thread spends waiting for the server: for a buffer,
+ * for a permit of the window.
+ *
+ * <p>Three rules for speed. One read takes in every request the client has sent so far. After a large payload
+ * only the next header is read, so that the payload likely behind it goes from the socket straight into its
+ * own buffer instead of being copied twice. Large payloads are read with the socket's receive low-water mark
+ * raised to the piece, so the kernel wakes this thread once per piece instead of once per segment: those
+ * wake-ups are paid for by the client's sending thread, which sets the pace of a stream of large writes.
+ */
+final class Intake {
+    private static final int INPUT_BUFFER = 256 * 1024;
+    /** Payloads from this size are received piece by piece, with a raised low-water mark; smaller ones through the input buffer. */
+    static final int LARGE_PAYLOAD = 128 * 1024;
+    /** The largest piece of a payload, and the most the low-water mark is raised to. */
+    static final int PIECE = 1 << 20;
+
+    /** Hands out a pool buffer of {@code size} bytes, waiting for the budget if it must. */
+    interface Leaser {
+        BufferPool.Lease lease(int size) throws InterruptedException;
+    }
+
+    /** Takes a full piece: its buffer has position 0 and limit at its length; the sink now owns the lease. */
+    interface PieceSink {
+        void accept(long offsetInPayload, BufferPool.Lease piece);
+    }
+
+    private final SocketChannel channel;
+    /** The socket's descriptor for native calls, or -1 to use the channel's blocking reads only. */
+    private final int socketFd;
+    private final BusyPoll poll;
+    /**
+     * How long a wait on a raised low-water mark lasts before the socket is asked directly (see awaitArrival):
+     * well inside the receive timeout, so that a client sending slowly shows its progress in time.
+     */
+    private final int checkMillis;
+    private final ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
+    /** Set after a header announcing a large payload: the next read of the input buffer takes one header only. */
+    private boolean headerOnly;
+    private int lowWater = 1;
+    /** System.nanoTime() since which this thread has waited for the client in the middle of a request, or 0. */
+    private volatile long waitingSince;
+
+    Intake(SocketChannel channel, long busyPollNanos, java.time.Duration receiveTimeout) {
+        this.channel = channel;
+        this.socketFd = NativeIo.socketFd(channel);
+        this.poll = new BusyPoll(socketFd, busyPollNanos);
+        this.checkMillis = (int) Math.clamp(receiveTimeout.toMillis() / 4, 10, 1000);
+    }
+
+    /** The next request whose header is in the input buffer, or null when {@link #fill} must read more first. */
+    Request next() throws ProtocolException {
+        if (in.remaining() < Nbd.REQUEST_SIZE) return null;
+        Request r = Request.decode(in);
+        headerOnly = r.hasPayload() && r.length() >= LARGE_PAYLOAD;
+        poll.afterLargePayload(headerOnly);
+        return r;
+    }
+
+    /**
+     * Waits for more from the client; returns false at a clean end of stream between requests. {@code mayPoll}:
+     * busy-poll first (see BusyPoll), worth it only when no request of this connection is being served.
+     */
+    boolean fill(boolean mayPoll) throws IOException {
+        in.compact();
+        if (headerOnly) in.limit(Nbd.REQUEST_SIZE); // compact moved what is left of a header to 0
+        boolean midRequest = in.position() > 0;
+        int n = mayPoll ? poll.poll(in) : 0;
+        if (n == 0) n = read(midRequest);
+        in.flip();
+        if (n < 0) {
+            if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");
+            return false;
+        }
+        return true;
+    }
+
+    /**
+     * Receives a payload of {@code length} bytes into pool buffers of at most {@code pieceSize} bytes, handing
+     * each to {@code sink} as soon as it is full. A buffer is leased only once its piece has arrived; on failure
+     * the piece being received is released, and the pieces already handed over are the sink's.
+     */
+    void receivePayload(long length, int pieceSize, Leaser leaser, PieceSink sink)
+            throws IOException, InterruptedException {
+        if (length < LARGE_PAYLOAD) {
+            while (in.remaining() < length) readMorePayload();
+            BufferPool.Lease lease = leaser.lease((int) length);
+            lease.buffer().put(in.slice(in.position(), (int) length)).flip();
+            in.position(in.position() + (int) length);
+            sink.accept(0, lease);
+            return;
+        }
+        try {
+            for (long done = 0; done < length; ) {
+                int size = (int) Math.min(pieceSize, length - done);
+                int buffered = Math.min(in.remaining(), size);
+                awaitArrival(size - buffered);
+                BufferPool.Lease lease = leaser.lease(size);
+                try {
+                    ByteBuffer dst = lease.buffer();
+                    dst.put(in.slice(in.position(), buffered));
+                    in.position(in.position() + buffered);
+                    receiveRest(dst);
+                    dst.flip();
+                } catch (IOException | RuntimeException e) {
+                    lease.release();
+                    throw e;
+                }
+                sink.accept(done, lease);
+                done += size;
+            }
+        } finally {
+            // A blocking read on a raised mark could wait for bytes the client does not owe.
+            resetLowWater();
+        }
+    }
+
+    /** Reads and drops {@code length} bytes of payload (a write refused before its payload was read). */
+    void discard(long length) throws IOException {
+        int buffered = (int) Math.min(in.remaining(), length);
+        in.position(in.position() + buffered);
+        long left = length - buffered;
+        while (left > 0) {
+            in.clear().limit((int) Math.min(in.capacity(), left));
+            int n = read(true);
+            if (n < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
+            left -= n;
+        }
+        if (buffered < length) in.position(0).limit(0);
+    }
+
+    /** How long the client has kept this connection waiting in the middle of a request, in nanoseconds; 0 if it has not. */
+    long stalledNanos(long now) {
+        long since = waitingSince;
+        return since == 0 ? 0 : now - since;
+    }
+
+    /** A blocking read into the input buffer; {@code forClient}: the bytes are owed (a request has begun). */
+    private int read(boolean forClient) throws IOException {
+        waitingSince = forClient ? System.nanoTime() : 0;
+        try {
+            return channel.read(in);
+        } finally {
+            waitingSince = 0;
+        }
+    }
+
+    /** More of a small payload into the input buffer, which has room: such a payload is under half its size. */
+    private void readMorePayload() throws IOException {
+        in.compact();
+        int n = read(true);
+        in.flip();
+        if (n < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
+    }
+
+    /**
+     * Waits until {@code bytes} more of the payload (at most one low-water mark's worth) wait in the socket. The
+     * raised mark hides progress, so each time the wait runs out the socket is asked how much it holds: that
+     * also covers a wake-up the kernel might not give.
+     */
+    private void awaitArrival(int bytes) throws IOException {
+        if (bytes <= 0 || socketFd < 0) return;
+        int want = Math.min(bytes, PIECE);
+        setLowWater(want);
+        waitingSince = System.nanoTime();
+        try {
+            int queued = 0;
+            while (!NativeIo.waitReadable(socketFd, checkMillis)) {
+                int now = NativeIo.bytesQueued(socketFd);
+                if (now >= want) return;
+                if (now > queued) waitingSince = System.nanoTime();
+                queued = now;
+            }
+        } finally {
+            waitingSince = 0;
+        }
+    }
+
+    /** Fills {@code dst} from the socket: non-blocking receives, waiting on the low-water mark between them. */
+    private void receiveRest(ByteBuffer dst) throws IOException {
+        waitingSince = System.nanoTime();
+        try {
+            if (socketFd < 0) {
+                while (dst.hasRemaining()) {
+                    if (channel.read(dst) < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
+                    waitingSince = System.nanoTime();
+                }
+                return;
+            }
+            while (dst.hasRemaining()) {
+                int n = NativeIo.recvWithoutWaiting(socketFd, dst);
+                if (n < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
+                if (n > 0) {
+                    waitingSince = System.nanoTime();
+                    continue;
+                }
+                // Never above what is still to come: the wait would be for bytes the client does not owe.
+                setLowWater(Math.min(dst.remaining(), PIECE));
+                NativeIo.waitReadable(socketFd, checkMillis);
+            }
+        } finally {
+            waitingSince = 0;
+        }
+    }
+
+    private void resetLowWater() {
+        try {
+            setLowWater(1);
+        } catch (IOException e) {
+            lowWater = -1; // the socket is going away; a failure to reset must not hide why
+        }
+    }
+
+    private void setLowWater(int bytes) throws IOException {
+        if (bytes == lowWater || socketFd < 0) return;
+        NativeIo.setReceiveLowWater(socketFd, bytes);
+        lowWater = bytes;
+    }
+}
