@@ -8,6 +8,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalInt;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -131,6 +132,26 @@ final class JnbdServer implements AutoCloseable {
         if (process.waitFor(30, TimeUnit.SECONDS)) return process.exitValue();
         kill();
         return -1;
+    }
+
+    long pid() {
+        return process.pid();
+    }
+
+    /**
+     * SIGKILL to the server's pid, without waiting: a crash, so no shutdown hook runs and nothing is
+     * flushed on the way out. bin/jnbd execs the JVM, so the pid is the server itself, and
+     * destroyForcibly is kill(pid, SIGKILL) on Linux. Wait with {@link #awaitExit(Duration)}.
+     */
+    void kill9() {
+        process.destroyForcibly();
+    }
+
+    /** Waits up to {@code timeout} for the process to end; its exit status, or empty if it is still running. */
+    OptionalInt awaitExit(Duration timeout) throws InterruptedException {
+        return process.waitFor(timeout.toMillis(), TimeUnit.MILLISECONDS)
+            ? OptionalInt.of(process.exitValue())
+            : OptionalInt.empty();
     }
 
     void kill() throws InterruptedException {

@@ -10,7 +10,7 @@ import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 
 /**
- * The smallest NBD client that can write: fixed newstyle handshake, NBD_OPT_GO, simple replies.
+ * The smallest NBD client that can write and read back: fixed newstyle handshake, NBD_OPT_GO, simple replies.
  * Written from the specification (doc/proto.md) on purpose, independent of jnbd's own protocol code,
  * so that it checks the server against the spec rather than against itself.
  */
@@ -27,6 +27,8 @@ final class RawNbdClient implements AutoCloseable {
     static final int REP_ACK = 1;
     static final int REP_INFO = 3;
     static final int INFO_EXPORT = 0;
+    static final int FLAG_CAN_MULTI_CONN = 1 << 8;
+    static final short CMD_READ = 0;
     static final short CMD_WRITE = 1;
     static final short CMD_DISC = 2;
     static final short CMD_FLUSH = 3;
@@ -35,6 +37,8 @@ final class RawNbdClient implements AutoCloseable {
     final DataInputStream in;
     final DataOutputStream out;
     long exportSize = -1;
+    /** The transmission flags of NBD_INFO_EXPORT (NBD_FLAG_*), -1 until the server sent them. */
+    int transmissionFlags = -1;
 
     private RawNbdClient(Socket socket) throws IOException {
         this.socket = socket;
@@ -83,6 +87,7 @@ final class RawNbdClient implements AutoCloseable {
                 + " " + new String(data, StandardCharsets.UTF_8));
             if (type == REP_INFO && length >= 12 && ((data[0] << 8) | (data[1] & 0xff)) == INFO_EXPORT) {
                 exportSize = java.nio.ByteBuffer.wrap(data, 2, 8).getLong();
+                transmissionFlags = java.nio.ByteBuffer.wrap(data, 10, 2).getShort() & 0xffff;
             }
         }
     }
@@ -125,6 +130,19 @@ final class RawNbdClient implements AutoCloseable {
         } catch (java.net.SocketException e) {
             return true; // connection reset
         }
+    }
+
+    /** Reads and waits for the data; an NBD error becomes an IOException naming it. */
+    byte[] read(long offset, int length) throws IOException {
+        send(CMD_READ, offset, offset, length, null);
+        Reply reply = readReply();
+        expect(reply.cookie() == offset, "cookie echoed");
+        if (reply.error() != 0) {
+            throw new IOException("NBD_CMD_READ of " + length + " bytes at " + offset + ": error " + reply.error());
+        }
+        byte[] data = new byte[length];
+        in.readFully(data);
+        return data;
     }
 
     private static void expect(boolean condition, String what) throws IOException {
