@@ -59,29 +59,49 @@ final class RawClient implements AutoCloseable {
         return new RawClient(SocketChannel.open(address));
     }
 
-    /** Connects, then negotiates up to transmission on {@code export} with GO. */
+    /** A client on a channel the caller has already connected (in blocking mode). */
+    static RawClient over(SocketChannel channel) throws IOException {
+        return new RawClient(channel);
+    }
+
+    /** Connects, then negotiates up to transmission on {@code export} with GO, asking for the block sizes. */
     static RawClient open(SocketAddress address, String export, boolean structured, boolean baseAllocation) throws IOException {
+        return open(address, export, structured, baseAllocation, List.of(Nbd.INFO_BLOCK_SIZE));
+    }
+
+    /**
+     * As {@link #open(SocketAddress, String, boolean, boolean)}, with GO carrying {@code infoRequests}. Without
+     * {@link Nbd#INFO_BLOCK_SIZE} among them the client has not agreed to the server's block size constraints,
+     * and the spec lets it send requests of any alignment.
+     */
+    static RawClient open(SocketAddress address, String export, boolean structured, boolean baseAllocation,
+                          List<Integer> infoRequests) throws IOException {
         RawClient c = connect(address);
         try {
-            c.greeting();
-            c.clientFlags(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
-            if (structured) {
-                assertThat(c.option(Nbd.OPT_STRUCTURED_REPLY, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
-                c.structured = true;
-            }
-            if (baseAllocation) {
-                List<OptionReply> replies = c.optionUntilFinal(Nbd.OPT_SET_META_CONTEXT,
-                    metaContext(export, List.of(Nbd.CONTEXT_BASE_ALLOCATION)));
-                assertThat(replies).extracting(OptionReply::type).containsExactly(Nbd.REP_META_CONTEXT, Nbd.REP_ACK);
-            }
-            List<OptionReply> go = c.optionUntilFinal(Nbd.OPT_GO, exportRequest(export, List.of(Nbd.INFO_BLOCK_SIZE)));
-            assertThat(go.getLast().type()).as("GO reply").isEqualTo(Nbd.REP_ACK);
-            c.takeInfos(go);
+            c.negotiate(export, structured, baseAllocation, infoRequests);
             return c;
         } catch (IOException | RuntimeException | Error e) {
             c.close();
             throw e;
         }
+    }
+
+    /** Runs the handshake from the greeting to transmission on {@code export}; the caller closes on failure. */
+    void negotiate(String export, boolean structured, boolean baseAllocation, List<Integer> infoRequests) throws IOException {
+        greeting();
+        clientFlags(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
+        if (structured) {
+            assertThat(option(Nbd.OPT_STRUCTURED_REPLY, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
+            this.structured = true;
+        }
+        if (baseAllocation) {
+            List<OptionReply> replies = optionUntilFinal(Nbd.OPT_SET_META_CONTEXT,
+                metaContext(export, List.of(Nbd.CONTEXT_BASE_ALLOCATION)));
+            assertThat(replies).extracting(OptionReply::type).containsExactly(Nbd.REP_META_CONTEXT, Nbd.REP_ACK);
+        }
+        List<OptionReply> go = optionUntilFinal(Nbd.OPT_GO, exportRequest(export, infoRequests));
+        assertThat(go.getLast().type()).as("GO reply").isEqualTo(Nbd.REP_ACK);
+        takeInfos(go);
     }
 
     static RawClient open(SocketAddress address, String export) throws IOException {
