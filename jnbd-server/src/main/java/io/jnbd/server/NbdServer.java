@@ -127,7 +127,8 @@ public final class NbdServer implements AutoCloseable {
      */
     static int systemBacklog() {
         try {
-            return Math.max(128, Integer.parseInt(Files.readString(SOMAXCONN).strip()));
+            // Not Files.readString: a sysctl file reports size 0, and that read stops after its first byte.
+            return Math.max(128, Integer.parseInt(Files.readAllLines(SOMAXCONN).getFirst().strip()));
         } catch (IOException | RuntimeException e) {
             return 4096; // the kernel's default since Linux 5.4; it caps the value at its own limit anyway
         }

@@ -45,6 +45,27 @@ class ListenerTest {
     }
 
     @Test
+    void theListenBacklogIsTheSystemsLimitUnlessSet() throws Exception {
+        int somaxconn = Integer.parseInt(Files.readAllLines(Path.of("/proc/sys/net/core/somaxconn")).getFirst().strip());
+        assertThat(listenBacklog(ServerConfig.defaults())).isEqualTo(Math.max(128, somaxconn));
+        assertThat(listenBacklog(ServerConfig.defaults().withBacklog(77))).isEqualTo(77);
+    }
+
+    /** The backlog the kernel holds for a listener of a server with {@code config}: ss shows it as Send-Q. */
+    private static int listenBacklog(ServerConfig config) throws Exception {
+        NbdServer server = new NbdServer(new Exports(List.of(new Export("m", "", new MemoryBackend(1 << 20))), null), config);
+        try {
+            int port = ((InetSocketAddress) server.listen(new InetSocketAddress("127.0.0.1", 0))).getPort();
+            Process ss = new ProcessBuilder("ss", "-Hltn", "sport = :" + port).redirectErrorStream(true).start();
+            String out = new String(ss.getInputStream().readAllBytes()).strip();
+            assertThat(ss.waitFor()).as("ss: %s", out).isZero();
+            return Integer.parseInt(out.split("\\s+")[2]); // State Recv-Q Send-Q Local Peer
+        } finally {
+            server.stop(Duration.ofSeconds(10));
+        }
+    }
+
+    @Test
     void staleUnixSocketFileIsReplacedButALiveOneIsNot() throws IOException {
         Path sock = dir.resolve("stale.sock");
         // A socket file whose server is gone.
