@@ -25,7 +25,7 @@ import java.util.concurrent.locks.ReentrantLock;
  * below 2 MiB are carved out of 2 MiB regions, larger ones are aligned to 2 MiB. An O_DIRECT transfer
  * hands the device one segment per physically contiguous run of the buffer, so on 4 KiB pages a
  * 512 KiB read is 128 segments and on a huge page it is one; on the bench machine's virtio disk that
- * was 2.2 GB/s against 1.0 GB/s for 512 KiB reads (docs/performance.md). A region goes back to the
+ * was 2.2 GB/s against 1.0 GB/s for 512 KiB reads (docs/performance-log.md). A region goes back to the
  * system only when every buffer carved from it is free and the cache is over its limit. A class maps a
  * new region only when all of its regions are fully on loan, so it never holds more regions than its
  * peak demand filled, and that demand is within the budget: a region kept because one of its buffers is
