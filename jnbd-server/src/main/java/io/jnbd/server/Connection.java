@@ -482,13 +482,22 @@ final class Connection implements Runnable {
         } catch (Throwable t) {
             if (t instanceof InterruptedException) Thread.currentThread().interrupt();
             int error = NbdErrors.of(t);
-            if (error == Nbd.EIO) log.warn("{}: {} failed: {}", peer, r, t.toString());
+            logFailure(r, error, t);
             markDiskDone(members);
             for (InFlight m : members) {
                 m.releasePayload();
                 replyError(m, error, t.getMessage() != null ? t.getMessage() : t.toString());
             }
         }
+    }
+
+    /**
+     * A backend failure is worth an operator's attention (a full disk, a read-only file system, a broken
+     * one), except a fast zero the backend declined and a request cut short by shutdown.
+     */
+    private void logFailure(Request r, int error, Throwable t) {
+        if (error == Nbd.ENOTSUP || error == Nbd.ESHUTDOWN) log.debug("{}: {} failed: {}", peer, r, t.toString());
+        else log.warn("{}: {} failed: {}", peer, r, t.toString());
     }
 
     private static void markDiskDone(List<InFlight> members) {
@@ -633,7 +642,7 @@ final class Connection implements Runnable {
                 lease = null;
                 error = NbdErrors.of(t);
                 message = t.getMessage() != null ? t.getMessage() : t.toString();
-                log.warn("{}: {} failed at offset {}: {}", peer, request, offset, message);
+                logFailure(request, error, t);
             }
             submitNext();
             // Ordering the sends under one lock lets the last chunk to arrive carry the DONE flag.
@@ -706,7 +715,7 @@ final class Connection implements Runnable {
             } catch (Throwable t) {
                 if (t instanceof InterruptedException) Thread.currentThread().interrupt();
                 int e = NbdErrors.of(t);
-                if (e == Nbd.EIO) log.warn("{}: {} failed at offset {}: {}", peer, flight.request, offset, t.toString());
+                logFailure(flight.request, e, t);
                 fail(e, t.getMessage() != null ? t.getMessage() : t.toString());
             } finally {
                 piece.release();
