@@ -301,7 +301,7 @@ final class Connection implements Runnable {
 
     /** Requests that hold an off-heap buffer while in flight (a write payload or a read not sent by sendfile). */
     private static boolean needsBuffer(Request r, Backend backend) {
-        return r.type() == Nbd.CMD_WRITE || (r.type() == Nbd.CMD_READ && backend.zeroCopySource() == null);
+        return r.type() == Nbd.CMD_WRITE || (r.type() == Nbd.CMD_READ && !backend.has(Backend.Trait.ZERO_COPY));
     }
 
     private static int bytePermits(long length) {
@@ -356,7 +356,7 @@ final class Connection implements Runnable {
             flushDeferred(); // e.g. error replies made while parsing
             return;
         }
-        FileChannel source = backend.zeroCopySource();
+        FileChannel source = backend.has(Backend.Trait.ZERO_COPY) ? backend.zeroCopySource() : null;
         List<Request> requests = new ArrayList<>(batch.size());
         java.util.Map<Request, InFlight> byRequest = new java.util.IdentityHashMap<>();
         for (InFlight f : batch) {
@@ -402,7 +402,7 @@ final class Connection implements Runnable {
             }
             tasks.add(() -> serve(op, members, backend));
         }
-        if (backend.nonBlocking() && !plan.sequential()) {
+        if (backend.has(Backend.Trait.NEVER_BLOCKS) && !plan.sequential()) {
             // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
             inline.addAll(tasks);
             tasks.clear();

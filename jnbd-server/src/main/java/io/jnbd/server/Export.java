@@ -8,7 +8,7 @@ import io.jnbd.server.backend.Backend.Capability;
 public record Export(String name, String description, Backend backend, ExportTuning tuning) {
 
     public Export(String name, String description, Backend backend) {
-        this(name, description, backend, ExportTuning.defaultsFor(backend.nonBlocking()));
+        this(name, description, backend, ExportTuning.defaultsFor(backend.traits()));
     }
 
     /** Largest run of adjacent requests the sorted scheduler merges into one disk operation. */

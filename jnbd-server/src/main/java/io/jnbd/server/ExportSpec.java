@@ -1,20 +1,24 @@
 package io.jnbd.server;
 
 import io.jnbd.server.backend.Backend;
-import io.jnbd.server.backend.FileBackend;
-import io.jnbd.server.backend.MemoryBackend;
+import io.jnbd.server.backend.BackendFactories;
+import io.jnbd.server.backend.BackendFactory;
+import io.jnbd.server.backend.BackendOptions;
 import io.jnbd.server.backend.ReadOnlyFilter;
 import java.io.IOException;
-import java.nio.file.Path;
+import java.util.LinkedHashMap;
 import java.util.Locale;
+import java.util.Map;
 
 /**
- * One export as the user writes it: {@code NAME=file:PATH[,option...]} or {@code NAME=memory:SIZE[,option...]}.
- * Options: {@code size=SIZE}, {@code readonly}, {@code mode=cached|direct}, {@code description=TEXT},
- * {@code split=SIZE}, {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}. A description runs to the end of the spec, so it may contain commas.
+ * One export as the user writes it: {@code NAME=KIND:TARGET[,option...]}, e.g. {@code disk=file:/var/lib/vm.img,mode=direct}
+ * or {@code scratch=memory:4G}. The options every export takes are {@code readonly}, {@code split=SIZE},
+ * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted} and {@code description=TEXT}, which runs to the
+ * end of the spec and so may contain commas; every other option belongs to the kind, whose {@link BackendFactory}
+ * checks it.
  */
-public record ExportSpec(String name, String kind, String target, long size, boolean readOnly,
-                         FileBackend.Mode mode, String description, ExportTuning tuning) {
+public record ExportSpec(String name, String kind, String target, BackendOptions options, boolean readOnly,
+                         String description, ExportTuning tuning) {
 
     /** Parses {@code NAME=SPEC}; the message of the exception is meant for the user as it is. */
     public static ExportSpec parse(String text) {
@@ -31,9 +35,21 @@ public record ExportSpec(String name, String kind, String target, long size, boo
             throw new IllegalArgumentException("export name must be 1 to 4096 bytes");
         }
         String where = "export '" + name + "': ";
+        try {
+            return parse(name, spec, where);
+        } catch (IllegalArgumentException e) {
+            throw e.getMessage().startsWith(where) ? e : new IllegalArgumentException(where + e.getMessage());
+        }
+    }
+
+    private static ExportSpec parse(String name, String spec, String where) {
         int colon = spec.indexOf(':');
-        if (colon <= 0) throw new IllegalArgumentException(where + "'" + spec + "' does not start with file: or memory:");
+        if (colon <= 0) throw new IllegalArgumentException("'" + spec + "' does not start with " + BackendFactories.kindList());
         String kind = spec.substring(0, colon).toLowerCase(Locale.ROOT);
+        BackendFactory factory = BackendFactories.of(kind);
+        if (factory == null) {
+            throw new IllegalArgumentException("unknown backend '" + kind + "' (use " + BackendFactories.kindList() + ")");
+        }
         String rest = spec.substring(colon + 1);
         String description = "";
         int d = rest.indexOf(",description=");
@@ -43,103 +59,53 @@ public record ExportSpec(String name, String kind, String target, long size, boo
         }
         String[] parts = rest.split(",", -1);
         String target = parts[0];
-        long size = -1;
-        boolean readOnly = false;
-        FileBackend.Mode mode = FileBackend.Mode.CACHED;
-        int split = ExportTuning.DEFAULT.splitThreshold(), chunk = ExportTuning.DEFAULT.chunkSize();
-        int streams = -1; // by backend, below
-        BatchScheduler.Policy scheduler = ExportTuning.DEFAULT.scheduler();
+        Map<String, String> general = new LinkedHashMap<>(), own = new LinkedHashMap<>();
         for (int i = 1; i < parts.length; i++) {
             String opt = parts[i];
             int e = opt.indexOf('=');
             String key = e < 0 ? opt : opt.substring(0, e);
             String value = e < 0 ? null : opt.substring(e + 1);
             switch (key) {
-                case "size" -> size = size(where, require(where, key, value));
-                case "readonly", "ro" -> readOnly = value == null || Boolean.parseBoolean(value);
-                case "mode" -> mode = switch (require(where, key, value)) {
-                    case "cached" -> FileBackend.Mode.CACHED;
-                    case "direct" -> FileBackend.Mode.DIRECT;
-                    default -> throw new IllegalArgumentException(where + "mode must be cached or direct, not '" + value + "'");
-                };
-                case "split" -> split = intSize(where, key, require(where, key, value));
-                case "chunk" -> chunk = intSize(where, key, require(where, key, value));
-                case "streams" -> streams = intSize(where, key, require(where, key, value));
-                case "scheduler" -> scheduler = switch (require(where, key, value)) {
-                    case "none" -> BatchScheduler.Policy.NONE;
-                    case "sorted" -> BatchScheduler.Policy.SORTED;
-                    default -> throw new IllegalArgumentException(where + "scheduler must be none or sorted, not '" + value + "'");
-                };
-                default -> throw new IllegalArgumentException(where + "unknown option '" + key + "'");
+                case "readonly", "ro", "split", "chunk", "streams", "scheduler" -> general.put(key, value);
+                default -> {
+                    if (!factory.options().contains(key)) {
+                        throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export");
+                    }
+                    own.put(key, value);
+                }
             }
         }
-        switch (kind) {
-            case "file" -> {
-                if (target.isEmpty()) throw new IllegalArgumentException(where + "file: needs a path");
-            }
-            case "memory" -> {
-                if (size >= 0) throw new IllegalArgumentException(where + "give a memory export's size as memory:SIZE");
-                size = size(where, target.isEmpty() ? null : target);
-                if (mode == FileBackend.Mode.DIRECT) throw new IllegalArgumentException(where + "mode=direct applies to files only");
-            }
-            default -> throw new IllegalArgumentException(where + "unknown backend '" + kind + "' (use file: or memory:)");
-        }
-        if (size == 0 && kind.equals("memory")) throw new IllegalArgumentException(where + "size must be positive");
-        ExportTuning tuning;
-        try {
-            if (streams < 0) streams = ExportTuning.defaultsFor(kind.equals("memory")).streams();
-            tuning = new ExportTuning(split, chunk, streams, scheduler);
-        } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException(where + e.getMessage());
-        }
-        return new ExportSpec(name, kind, target, size, readOnly, mode, description, tuning);
+        BackendOptions options = new BackendOptions(own);
+        factory.check(target, options);
+        boolean readOnly = readOnly(general);
+        return new ExportSpec(name, kind, target, options, readOnly, description,
+            tuning(new BackendOptions(general), factory.traits(target, options)));
     }
 
-    private static int intSize(String where, String key, String value) {
-        long v = size(where, value);
-        if (v > Integer.MAX_VALUE) throw new IllegalArgumentException(where + key + "=" + value + " is too large");
+    private static boolean readOnly(Map<String, String> general) {
+        for (String key : new String[] {"readonly", "ro"}) {
+            if (general.containsKey(key)) return general.get(key) == null || Boolean.parseBoolean(general.get(key));
+        }
+        return false;
+    }
+
+    private static ExportTuning tuning(BackendOptions o, java.util.Set<Backend.Trait> traits) {
+        ExportTuning defaults = ExportTuning.defaultsFor(traits);
+        String scheduler = o.choice("scheduler", "none", "none", "sorted");
+        return new ExportTuning(intSize(o, "split", defaults.splitThreshold()), intSize(o, "chunk", defaults.chunkSize()),
+            intSize(o, "streams", defaults.streams()),
+            scheduler.equals("sorted") ? BatchScheduler.Policy.SORTED : BatchScheduler.Policy.NONE);
+    }
+
+    private static int intSize(BackendOptions o, String key, int fallback) {
+        long v = o.size(key, fallback);
+        if (v > Integer.MAX_VALUE) throw new IllegalArgumentException(key + "=" + o.asMap().get(key) + " is too large");
         return (int) v;
-    }
-
-    private static String require(String where, String key, String value) {
-        if (value == null || value.isEmpty()) throw new IllegalArgumentException(where + key + "= needs a value");
-        return value;
-    }
-
-    /** {@link #parseSize}, with the export named in the message, so that a user with many exports knows which. */
-    private static long size(String where, String value) {
-        try {
-            return parseSize(value);
-        } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException(where + e.getMessage());
-        }
     }
 
     /** Parses sizes like {@code 4096}, {@code 64K}, {@code 1G}, {@code 2T} (binary multiples). */
     public static long parseSize(String s) {
-        if (s == null || s.isEmpty()) throw new IllegalArgumentException("missing size");
-        String t = s.trim().toUpperCase(Locale.ROOT);
-        if (t.endsWith("IB")) t = t.substring(0, t.length() - 2);
-        else if (t.endsWith("B") && t.length() > 1 && !Character.isDigit(t.charAt(t.length() - 2))) t = t.substring(0, t.length() - 1);
-        if (t.isEmpty()) throw new IllegalArgumentException("'" + s + "' is not a size (examples: 4096, 64M, 1G)");
-        int shift = 0;
-        char last = t.charAt(t.length() - 1);
-        switch (last) {
-            case 'K' -> shift = 10;
-            case 'M' -> shift = 20;
-            case 'G' -> shift = 30;
-            case 'T' -> shift = 40;
-            case 'P' -> shift = 50;
-            default -> { }
-        }
-        if (shift != 0) t = t.substring(0, t.length() - 1);
-        try {
-            long v = Long.parseLong(t);
-            if (v < 0 || (shift > 0 && v > (Long.MAX_VALUE >> shift))) throw new NumberFormatException();
-            return v << shift;
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException("'" + s + "' is not a size (examples: 4096, 64M, 1G)");
-        }
+        return BackendOptions.parseSize(s);
     }
 
     /** Opens the export this spec names. */
@@ -149,11 +115,7 @@ public record ExportSpec(String name, String kind, String target, long size, boo
 
     /** Opens the backend this spec names, with its filters in front. */
     public Backend open() throws IOException {
-        Backend b = switch (kind) {
-            case "file" -> new FileBackend(Path.of(target), mode, readOnly, size);
-            case "memory" -> new MemoryBackend(size);
-            default -> throw new IllegalStateException(kind);
-        };
+        Backend b = BackendFactories.of(kind).open(target, options, readOnly);
         return readOnly ? new ReadOnlyFilter(b) : b;
     }
 }

@@ -21,9 +21,9 @@ public record ExportTuning(int splitThreshold, int chunkSize, int streams, Batch
     // read of a memory export at QD1 ran 7-25% faster with 4 streams than with 2 (6 rounds, 22 Nov).
     static final int MEMORY_STREAMS = 4;
 
-    /** The defaults for a backend: {@code nonBlocking} (memory) ones read with more streams. */
-    public static ExportTuning defaultsFor(boolean nonBlocking) {
-        return nonBlocking ? DEFAULT.withStreams(MEMORY_STREAMS) : DEFAULT;
+    /** The defaults for a backend with these traits: one that never blocks (memory) reads with more streams. */
+    public static ExportTuning defaultsFor(java.util.Set<io.jnbd.server.backend.Backend.Trait> traits) {
+        return traits.contains(io.jnbd.server.backend.Backend.Trait.NEVER_BLOCKS) ? DEFAULT.withStreams(MEMORY_STREAMS) : DEFAULT;
     }
 
     public ExportTuning withStreams(int n) {

@@ -3,7 +3,6 @@ package io.jnbd.server;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
 import io.jnbd.server.backend.Backend;
-import io.jnbd.server.backend.FileBackend;
 import io.jnbd.server.io.BufferPool;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -62,8 +61,7 @@ public final class NbdServer implements AutoCloseable {
         this.exports = exports;
         this.config = config;
         this.buffers = new BufferPool(Math.max(config.bufferBudget(), 64L << 20), 64L << 20);
-        boolean direct = exports.all().stream()
-            .anyMatch(e -> e.backend() instanceof FileBackend f && f.mode() == FileBackend.Mode.DIRECT);
+        boolean direct = exports.all().stream().anyMatch(e -> e.backend().has(Backend.Trait.DIRECT_IO));
         if (direct && BufferPool.hugePagesOff()) {
             log.warn("transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled is 'never'): "
                 + "direct exports read and write through 4 KiB-page buffers, which some disks take at half the speed");
@@ -273,7 +271,7 @@ public final class NbdServer implements AutoCloseable {
         ExportTuning t = export.tuning();
         Backend b = export.backend();
         int block = b.blockSizes().preferred();
-        if (b.zeroCopySource() != null || b.nonBlocking() || r.length() <= t.splitThreshold()
+        if (!b.has(Backend.Trait.DIRECT_IO) || r.length() <= t.splitThreshold()
                 || r.offset() % block != 0 || t.chunkSize() % block != 0) return 0;
         return t.chunkSize();
     }

@@ -43,7 +43,7 @@ class ConfigFileTest {
         assertThat(c.defaultExport()).isEqualTo("scratch");
         assertThat(c.exports()).extracting(ExportSpec::name).containsExactly("disk", "scratch");
         assertThat(c.exports().get(0).target()).isEqualTo("/var/lib/vm.img");
-        assertThat(c.exports().get(1).size()).isEqualTo(4L << 30);
+        assertThat(c.exports().get(1).target()).isEqualTo("4G");
         assertThat(c.exports().get(1).description()).isEqualTo("Scratch space, with = signs");
     }
 

@@ -26,8 +26,8 @@ class ExportSpecTest {
         assertThat(s.name()).isEqualTo("disk");
         assertThat(s.kind()).isEqualTo("file");
         assertThat(s.target()).isEqualTo("/var/lib/vm.img");
-        assertThat(s.size()).isEqualTo(2L << 30);
-        assertThat(s.mode()).isEqualTo(FileBackend.Mode.DIRECT);
+        assertThat(s.options().size("size", -1)).isEqualTo(2L << 30);
+        assertThat(s.options().asMap()).containsEntry("mode", "direct");
         assertThat(s.readOnly()).isTrue();
         assertThat(s.description()).isEmpty();
         assertThat(s.tuning().splitThreshold()).isEqualTo(2 << 20);
@@ -36,11 +36,39 @@ class ExportSpecTest {
     }
 
     @Test
+    void aKindFromAnotherModulePlugsInThroughItsFactory() throws Exception {
+        // PatternBackendFactory is registered only in the tests' META-INF/services.
+        ExportSpec s = ExportSpec.parse("p=pattern:1M,byte=7,split=2M,description=sevens");
+        assertThat(s.kind()).isEqualTo("pattern");
+        assertThat(s.tuning().streams()).as("its declared traits choose the defaults").isEqualTo(4);
+        Export e = s.openExport();
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(16);
+        e.backend().read(0, b);
+        assertThat(b.array()).containsOnly((byte) 7);
+        assertThat(e.description()).isEqualTo("sevens");
+        assertThatThrownBy(() -> ExportSpec.parse("p=pattern:1M,byte=300"))
+            .hasMessage("export 'p': byte must be a whole number from 0 to 255, not '300'");
+        assertThatThrownBy(() -> ExportSpec.parse("p=pattern:1M,mode=direct"))
+            .hasMessage("export 'p': unknown option 'mode' for a pattern: export");
+        assertThatThrownBy(() -> ExportSpec.parse("d=disk:/x"))
+            .hasMessage("export 'd': unknown backend 'disk' (use file:, memory: or pattern:)");
+    }
+
+    @Test
+    void aReadOnlyFilterKeepsTheTraitsOfWhatItWraps() throws Exception {
+        try (var b = ExportSpec.parse("r=file:" + dir.resolve("r.img") + ",size=1M").open();
+             var ro = ExportSpec.parse("r=file:" + dir.resolve("r.img") + ",readonly").open();
+             var direct = ExportSpec.parse("r=file:" + dir.resolve("r.img") + ",mode=direct,readonly").open()) {
+            assertThat(ro.traits()).isEqualTo(b.traits()).containsExactly(io.jnbd.server.backend.Backend.Trait.ZERO_COPY);
+            assertThat(direct.traits()).containsExactly(io.jnbd.server.backend.Backend.Trait.DIRECT_IO);
+        }
+    }
+
+    @Test
     void defaults() {
         ExportSpec s = ExportSpec.parse("d=file:x.img");
-        assertThat(s.mode()).isEqualTo(FileBackend.Mode.CACHED);
+        assertThat(s.options().asMap()).isEmpty();
         assertThat(s.readOnly()).isFalse();
-        assertThat(s.size()).isEqualTo(-1);
         assertThat(s.tuning()).isEqualTo(ExportTuning.DEFAULT);
     }
 
@@ -48,7 +76,7 @@ class ExportSpecTest {
     void memorySpec() {
         ExportSpec s = ExportSpec.parse("scratch=memory:4G");
         assertThat(s.kind()).isEqualTo("memory");
-        assertThat(s.size()).isEqualTo(4L << 30);
+        assertThat(s.target()).isEqualTo("4G");
         // memory reads are copies, not device waits: they split into more streams unless told otherwise
         assertThat(s.tuning()).isEqualTo(ExportTuning.DEFAULT.withStreams(4));
         assertThat(ExportSpec.parse("m=memory:1M,streams=2").tuning().streams()).isEqualTo(2);
@@ -61,7 +89,7 @@ class ExportSpecTest {
         ExportSpec s = ExportSpec.parse("d=memory:1M,readonly,description=Scratch space, for tests, mode=direct");
         assertThat(s.description()).isEqualTo("Scratch space, for tests, mode=direct");
         assertThat(s.readOnly()).isTrue();
-        assertThat(s.mode()).isEqualTo(FileBackend.Mode.CACHED);
+        assertThat(s.options().asMap()).as("mode=direct is part of the description").isEmpty();
     }
 
     @ParameterizedTest
@@ -93,14 +121,14 @@ class ExportSpecTest {
         "noequals                            | is not NAME=file:PATH or NAME=memory:SIZE",
         "=file:/x                            | is not NAME=file:PATH or NAME=memory:SIZE",
         "a:b=memory:1M                       | is not NAME=file:PATH or NAME=memory:SIZE",
-        "d=/plain/path                       | export 'd': '/plain/path' does not start with file: or memory:",
-        "d=disk:/x                           | export 'd': unknown backend 'disk' (use file: or memory:)",
+        "d=/plain/path                       | export 'd': '/plain/path' does not start with file:, memory: or pattern:",
+        "d=disk:/x                           | export 'd': unknown backend 'disk' (use file:, memory: or pattern:)",
         "d=file:                             | export 'd': file: needs a path",
         "d=file:/x,mode=fast                 | export 'd': mode must be cached or direct, not 'fast'",
         "d=file:/x,mode=                     | export 'd': mode= needs a value",
         "d=file:/x,size                      | export 'd': size= needs a value",
-        "d=file:/x,bogus=1                   | export 'd': unknown option 'bogus'",
-        "d=file:/x,                          | export 'd': unknown option ''",
+        "d=file:/x,bogus=1                   | export 'd': unknown option 'bogus' for a file: export",
+        "d=file:/x,                          | export 'd': unknown option '' for a file: export",
         "d=memory:1G,mode=direct             | export 'd': mode=direct applies to files only",
         "d=memory:1G,size=2G                 | export 'd': give a memory export's size as memory:SIZE",
         "d=memory:0                          | export 'd': size must be positive",

@@ -19,6 +19,22 @@ public interface Backend extends AutoCloseable {
     /** What a backend offers; each maps to a transmission flag. */
     enum Capability { WRITE, FLUSH, FUA, TRIM, ZERO, FAST_ZERO, CACHE, EXTENTS, MULTI_CONN }
 
+    /**
+     * How a backend moves data, which decides the server's data path for its requests. A backend declares
+     * them; a filter passes on only those that stay true through it (one that changes the bytes must not pass
+     * on {@link #ZERO_COPY}, one that waits must not pass on {@link #NEVER_BLOCKS}).
+     */
+    enum Trait {
+        /** Reads may go from {@link #zeroCopySource()} straight to the socket (sendfile). */
+        ZERO_COPY,
+        /** No call ever waits for a device (memory): requests run on the connection's own thread. */
+        NEVER_BLOCKS,
+        /** Data moves by O_DIRECT: buffers on huge pages pay, and large writes are split as they arrive. */
+        DIRECT_IO,
+        /** Calls wait on other machines: they run on virtual threads, so a slow peer holds no platform thread. */
+        REMOTE
+    }
+
     long size();
 
     Set<Capability> capabilities();
@@ -35,9 +51,18 @@ public interface Backend extends AutoCloseable {
     /** Fills {@code dst} from its position to its limit with the bytes at {@code offset}. */
     void read(long offset, ByteBuffer dst) throws IOException;
 
+    /** The traits of this backend's data path; none by default. */
+    default Set<Trait> traits() {
+        return Set.of();
+    }
+
+    default boolean has(Trait t) {
+        return traits().contains(t);
+    }
+
     /**
-     * A channel whose bytes at the same offsets are the export's, for sending reads from the page cache
-     * straight to the socket (sendfile); {@code null} when reads must go through {@link #read}.
+     * With {@link Trait#ZERO_COPY}: a channel whose bytes at the same offsets are the export's, for sending
+     * reads from the page cache straight to the socket (sendfile).
      */
     default FileChannel zeroCopySource() {
         return null;
@@ -86,14 +111,6 @@ public interface Backend extends AutoCloseable {
      */
     default List<Extent> extents(long offset, long length) throws IOException {
         return List.of(new Extent(length, false, false));
-    }
-
-    /**
-     * True if no call ever waits for a device (memory): the server then runs requests on the connection's
-     * own thread instead of handing them to the I/O pool.
-     */
-    default boolean nonBlocking() {
-        return false;
     }
 
     /** A short description for logs, e.g. {@code file:/var/lib/vm.img (cached)}. */

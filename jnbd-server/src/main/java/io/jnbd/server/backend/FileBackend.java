@@ -126,6 +126,11 @@ public final class FileBackend implements Backend {
     }
 
     @Override
+    public Set<Trait> traits() {
+        return mode == Mode.CACHED ? Set.of(Trait.ZERO_COPY) : Set.of(Trait.DIRECT_IO);
+    }
+
+    @Override
     public FileChannel zeroCopySource() {
         return mode == Mode.CACHED ? channel : null;
     }

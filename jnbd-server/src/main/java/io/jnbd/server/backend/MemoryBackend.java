@@ -33,7 +33,7 @@ public final class MemoryBackend implements Backend {
     }
 
     @Override public long size() { return size; }
-    @Override public boolean nonBlocking() { return true; }
+    @Override public Set<Trait> traits() { return Set.of(Trait.NEVER_BLOCKS); }
     @Override public Set<Capability> capabilities() { return CAPS; }
     @Override public String describe() { return "memory (" + allocatedBytes() + " bytes allocated)"; }
 

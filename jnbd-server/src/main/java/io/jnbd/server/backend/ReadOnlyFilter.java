@@ -21,7 +21,7 @@ public final class ReadOnlyFilter implements Backend {
     }
 
     @Override public long size() { return inner.size(); }
-    @Override public boolean nonBlocking() { return inner.nonBlocking(); }
+    @Override public Set<Trait> traits() { return inner.traits(); } // it hides writes, it never changes bytes
     @Override public Set<Capability> capabilities() { return caps; }
     @Override public BlockSizes blockSizes() { return inner.blockSizes(); }
     @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }

@@ -1,0 +1,31 @@
+package io.jnbd.server.backend;
+
+import java.io.IOException;
+import java.util.Set;
+
+/**
+ * Opens the backends of one kind, as an export spec names them: {@code KIND:TARGET[,option...]}. Kinds are
+ * found with {@link java.util.ServiceLoader} (see {@link BackendFactories}), so a module adds one by listing
+ * its factory in {@code META-INF/services/io.jnbd.server.backend.BackendFactory}; nothing central changes.
+ */
+public interface BackendFactory {
+    /** What comes before the colon, in lower case: {@code file}, {@code memory}, {@code pool}. */
+    String kind();
+
+    /** How a spec of this kind is written, for help texts: {@code file:PATH[,size=SIZE][,mode=cached|direct]}. */
+    String usage();
+
+    /** The option keys this kind takes (the export-wide ones such as readonly and split are not among them). */
+    Set<String> options();
+
+    /**
+     * Checks the target and options now, so that a bad spec fails when it is read rather than when it is
+     * opened; the message is meant for the user as it is.
+     */
+    void check(String target, BackendOptions options);
+
+    /** The traits the backend will have, known before it is opened (an export's tuning defaults follow them). */
+    Set<Backend.Trait> traits(String target, BackendOptions options);
+
+    Backend open(String target, BackendOptions options, boolean readOnly) throws IOException;
+}
