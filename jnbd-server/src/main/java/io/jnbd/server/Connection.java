@@ -62,6 +62,8 @@ final class Connection implements Runnable {
     private Session session;
     private ReplyWriter writer;
     private volatile Intake intake;
+    /** Where this connection's backend calls run: the I/O pool, or virtual threads for a remote backend. */
+    private java.util.concurrent.Executor work;
     private Thread readerThread;
     /** Replies made on the reader thread during one batch; only the reader thread touches it. */
     private final List<ReplyWriter.Part> deferred = new ArrayList<>();
@@ -143,6 +145,7 @@ final class Connection implements Runnable {
                 return;
             }
             transmitting = true;
+            server.exports().attached(session.export(), peer);
             log.info("{}: connected to export '{}' ({}structured replies{}, flags {})", peer, session.export().name(),
                 session.structuredReplies() ? "" : "no ", session.blockStatusAllowed() ? ", base:allocation" : "",
                 String.join(",", Nbd.transmissionFlagNames(session.transmissionFlags())));
@@ -160,6 +163,7 @@ final class Connection implements Runnable {
             end = "internal error: " + e;
             log.error("{}: internal error", peer, e);
         } finally {
+            if (transmitting) server.exports().detached(session.export(), peer);
             if (dropReason != null) end = dropReason;
             try {
                 channel.close();
@@ -180,6 +184,7 @@ final class Connection implements Runnable {
         readerThread = Thread.currentThread();
         Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
         intake = new Intake(channel, server.config().busyPoll().toNanos(), server.config().receiveTimeout());
+        work = server.executorFor(backend);
         List<InFlight> batch = new ArrayList<>();
         // The budget may be held by this very batch's payloads: submit them before waiting for more.
         Intake.Leaser leaser = size -> {
@@ -418,9 +423,9 @@ final class Connection implements Runnable {
         flushDeferred();
         if (tasks.isEmpty()) return;
         if (plan.sequential()) {
-            server.io().execute(() -> tasks.forEach(Runnable::run));
+            work.execute(() -> tasks.forEach(Runnable::run));
         } else {
-            for (Runnable t : tasks) server.io().execute(t);
+            for (Runnable t : tasks) work.execute(t);
         }
     }
 
@@ -623,7 +628,7 @@ final class Connection implements Runnable {
 
         private void submitNext() {
             int index = next.getAndIncrement();
-            if (index < plan.chunks()) server.io().execute(() -> readChunk(index));
+            if (index < plan.chunks()) work.execute(() -> readChunk(index));
         }
 
         private void readChunk(int index) {
@@ -694,7 +699,7 @@ final class Connection implements Runnable {
                     if (at == 0) flight.timing.diskStart = System.nanoTime();
                     pending.incrementAndGet();
                     try {
-                        server.io().execute(() -> writeChunk(offset, piece));
+                        work.execute(() -> writeChunk(offset, piece));
                     } catch (RuntimeException e) { // the pool is shutting down
                         piece.release();
                         fail(Nbd.ESHUTDOWN, "server is shutting down");

@@ -5,8 +5,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** The server's exports by name; the empty name means the default export. */
-public final class Exports {
+/** A fixed set of exports by name, as the command line or a config file gives them; the empty name means the default. */
+public final class Exports implements ExportRegistry {
     private final Map<String, Export> byName = new LinkedHashMap<>();
     private final String defaultName;
 
@@ -21,11 +21,18 @@ public final class Exports {
         }
     }
 
+    @Override
     public Export find(String name) {
         return byName.get(name.isEmpty() ? defaultName : name);
     }
 
+    @Override
     public Collection<Export> all() {
+        return byName.values();
+    }
+
+    @Override
+    public Collection<Export> listed() {
         return byName.values();
     }
 

@@ -28,7 +28,7 @@ final class Handshake {
     private static final int CONTEXT_ID_BASE_ALLOCATION = 1;
 
     private final SocketChannel channel;
-    private final Exports exports;
+    private final ExportRegistry exports;
     private final BooleanSupplier shuttingDown;
 
     private boolean noZeroes;
@@ -36,7 +36,7 @@ final class Handshake {
     private String metaContextExport; // export name the last SET_META_CONTEXT selected base:allocation for
     private int metaContextId;
 
-    Handshake(SocketChannel channel, Exports exports, BooleanSupplier shuttingDown) {
+    Handshake(SocketChannel channel, ExportRegistry exports, BooleanSupplier shuttingDown) {
         this.channel = channel;
         this.exports = exports;
         this.shuttingDown = shuttingDown;
@@ -82,7 +82,12 @@ final class Handshake {
         switch (option) {
             case Nbd.OPT_EXPORT_NAME -> {
                 String name = Strings.read(data, data.remaining());
-                Export export = exports.find(name);
+                Export export;
+                try {
+                    export = exports.find(name);
+                } catch (ExportRegistry.Refused e) {
+                    throw new ProtocolException("export '" + name + "' refused: " + e.getMessage());
+                }
                 // EXPORT_NAME cannot carry an error: the spec says to drop the connection.
                 if (export == null) throw new ProtocolException("unknown export '" + name + "'");
                 Session session = session(export, false);
@@ -105,7 +110,7 @@ final class Handshake {
                     reply(option, Nbd.REP_ERR_INVALID, "LIST takes no data");
                     return null;
                 }
-                for (Export e : exports.all()) {
+                for (Export e : exports.listed()) {
                     byte[] name = Strings.utf8(e.name());
                     // The bytes after the name are free-form; clients such as nbdinfo show them as the description.
                     byte[] details = Strings.utf8(e.description());
@@ -144,7 +149,13 @@ final class Handshake {
             reply(option, Nbd.REP_ERR_INVALID, e.getMessage());
             return null;
         }
-        Export export = exports.find(req.name());
+        Export export;
+        try {
+            export = exports.find(req.name());
+        } catch (ExportRegistry.Refused e) {
+            reply(option, Nbd.REP_ERR_POLICY, e.getMessage());
+            return null;
+        }
         if (export == null) {
             reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.name() + "'");
             return null;
@@ -186,7 +197,13 @@ final class Handshake {
             reply(option, Nbd.REP_ERR_INVALID, e.getMessage());
             return;
         }
-        Export export = exports.find(req.exportName());
+        Export export;
+        try {
+            export = exports.find(req.exportName());
+        } catch (ExportRegistry.Refused e) {
+            reply(option, Nbd.REP_ERR_POLICY, e.getMessage());
+            return;
+        }
         if (export == null) {
             reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.exportName() + "'");
             return;

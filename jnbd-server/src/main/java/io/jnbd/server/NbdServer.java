@@ -43,10 +43,15 @@ import org.slf4j.LoggerFactory;
 public final class NbdServer implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(NbdServer.class);
 
-    private final Exports exports;
+    private final ExportRegistry exports;
     private final ServerConfig config;
     private final BufferPool buffers;
     private final ExecutorService io;
+    /**
+     * A virtual thread per call for backends whose calls wait on other machines: a request waiting for a slow
+     * or dead peer must not hold one of the I/O pool's threads, which every other export's disk work needs.
+     */
+    private final ExecutorService remote = Executors.newThreadPerTaskExecutor(Thread.ofVirtual().name("jnbd-remote-", 0).factory());
     private final ScheduledExecutorService timers;
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<Path> unixPaths = new ArrayList<>();
@@ -57,7 +62,7 @@ public final class NbdServer implements AutoCloseable {
     private final Object stopLock = new Object();
     private boolean stopped;
 
-    public NbdServer(Exports exports, ServerConfig config) {
+    public NbdServer(ExportRegistry exports, ServerConfig config) {
         this.exports = exports;
         this.config = config;
         this.buffers = new BufferPool(Math.max(config.bufferBudget(), 64L << 20), 64L << 20);
@@ -74,10 +79,14 @@ public final class NbdServer implements AutoCloseable {
         timers.scheduleAtFixedRate(this::dropStalledConnections, check, check, TimeUnit.MILLISECONDS);
     }
 
-    Exports exports() { return exports; }
+    ExportRegistry exports() { return exports; }
     ServerConfig config() { return config; }
     BufferPool buffers() { return buffers; }
-    ExecutorService io() { return io; }
+
+    /** Where calls of {@code backend} run: on virtual threads if it is {@link Backend.Trait#REMOTE}, else the I/O pool. */
+    java.util.concurrent.Executor executorFor(Backend backend) {
+        return backend.has(Backend.Trait.REMOTE) ? remote : io;
+    }
     public ServerStats stats() { return stats; }
     boolean stopping() { return stopping; }
 
@@ -326,6 +335,7 @@ public final class NbdServer implements AutoCloseable {
             }
         }
         io.shutdown();
+        remote.shutdown();
         timers.shutdownNow();
         synchronized (stopLock) {
             stopLock.notifyAll();

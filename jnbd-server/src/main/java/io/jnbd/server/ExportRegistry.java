@@ -1,0 +1,33 @@
+package io.jnbd.server;
+
+import java.util.Collection;
+
+/**
+ * Where the server finds the export a client names. {@link Exports} is the fixed set a command line gives; a
+ * memory server makes a client's space when the client first asks for it, and learns from
+ * {@link #attached}/{@link #detached} when the client's last connection is gone.
+ */
+public interface ExportRegistry {
+
+    /** The export called {@code name} (the empty name: the default one), or null if there is none. */
+    Export find(String name) throws Refused;
+
+    /** What {@code NBD_OPT_LIST} shows. */
+    Collection<Export> listed();
+
+    /** Every export open now, for the server to flush and close when it stops. */
+    Collection<Export> all();
+
+    /** A connection from {@code peer} has entered the transmission phase on {@code export}. */
+    default void attached(Export export, String peer) {}
+
+    /** That connection has ended; every request it read has been answered. */
+    default void detached(Export export, String peer) {}
+
+    /** The export exists but this client may not have it; the message says why ({@code NBD_REP_ERR_POLICY}). */
+    final class Refused extends Exception {
+        public Refused(String message) {
+            super(message, null, false, false);
+        }
+    }
+}
