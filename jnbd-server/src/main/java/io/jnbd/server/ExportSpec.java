@@ -68,6 +68,10 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
             switch (key) {
                 case "readonly", "ro", "split", "chunk", "streams", "scheduler" -> general.put(key, value);
                 default -> {
+                    if (value == null && own.isEmpty() && factory.continuesTarget(key)) {
+                        target += "," + key;
+                        continue;
+                    }
                     if (!factory.options().contains(key)) {
                         throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export");
                     }

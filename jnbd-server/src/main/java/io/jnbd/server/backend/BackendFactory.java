@@ -19,6 +19,14 @@ public interface BackendFactory {
     Set<String> options();
 
     /**
+     * Whether a comma-separated part without {@code =} continues the target rather than being an option: the
+     * pool's target is a list of servers, {@code pool:HOST:PORT,HOST:PORT,...}.
+     */
+    default boolean continuesTarget(String part) {
+        return false;
+    }
+
+    /**
      * Checks the target and options now, so that a bad spec fails when it is read rather than when it is
      * opened; the message is meant for the user as it is.
      */

@@ -1,0 +1,121 @@
+package io.jnbd.pool;
+
+import io.jnbd.protocol.Nbd;
+import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.Extent;
+import io.jnbd.server.backend.NbdErrorException;
+import java.io.IOException;
+import java.io.InterruptedIOException;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+
+/**
+ * A pool volume served as an NBD export. Its calls wait on memory servers, so it is {@link Trait#REMOTE}: the
+ * server runs each on a virtual thread, which parks while the volume's requests are out.
+ */
+public final class PoolBackend implements Backend {
+    private static final Set<Capability> CAPS = EnumSet.of(Capability.WRITE, Capability.FLUSH, Capability.FUA,
+        Capability.TRIM, Capability.ZERO, Capability.FAST_ZERO, Capability.EXTENTS, Capability.MULTI_CONN);
+
+    private final PoolVolume volume;
+
+    public PoolBackend(PoolVolume volume) {
+        this.volume = volume;
+    }
+
+    public PoolVolume volume() {
+        return volume;
+    }
+
+    @Override public long size() { return volume.size(); }
+    @Override public Set<Capability> capabilities() { return CAPS; }
+    @Override public Set<Trait> traits() { return Set.of(Trait.REMOTE); }
+
+    @Override
+    public String describe() {
+        PoolConfig c = volume.config();
+        return "pool over " + c.servers().size() + " memory servers, " + c.replicas() + " copies of each "
+            + (c.extentSize() >> 10) + " KiB extent";
+    }
+
+    @Override
+    public void read(long offset, ByteBuffer dst) throws IOException {
+        await(volume.read(offset, dst));
+        dst.position(dst.limit());
+    }
+
+    @Override
+    public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
+        await(volume.write(offset, src));
+        src.position(src.limit());
+    }
+
+    @Override
+    public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
+        List<CompletableFuture<Void>> parts = new ArrayList<>(srcs.length);
+        long pos = offset;
+        for (ByteBuffer b : srcs) {
+            parts.add(volume.write(pos, b));
+            pos += b.remaining();
+        }
+        await(CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new)));
+        for (ByteBuffer b : srcs) b.position(b.limit());
+    }
+
+    @Override
+    public void flush() throws IOException {
+        await(volume.flush());
+    }
+
+    @Override
+    public void trim(long offset, long length, boolean fua) throws IOException {
+        await(volume.trim(offset, length));
+    }
+
+    /** A memory server keeps no zero pages: zeroing is discarding, as fast as it gets. */
+    @Override
+    public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException {
+        await(volume.trim(offset, length));
+    }
+
+    /** Extents never written (or trimmed whole) are holes that read as zeroes; the rest is data. */
+    @Override
+    public List<Extent> extents(long offset, long length) {
+        List<Extent> out = new ArrayList<>();
+        long es = volume.config().extentSize(), end = offset + length;
+        for (long pos = offset; pos < end && out.size() < 65536; ) {
+            long next = Math.min(end, (pos / es + 1) * es);
+            boolean hole = volume.extent((int) (pos / es)) == null;
+            if (!out.isEmpty() && out.getLast().hole() == hole) {
+                out.add(new Extent(out.removeLast().length() + next - pos, hole, hole));
+            } else {
+                out.add(new Extent(next - pos, hole, hole));
+            }
+            pos = next;
+        }
+        return out;
+    }
+
+    @Override
+    public void close() {
+        volume.close();
+    }
+
+    private static void await(CompletableFuture<Void> f) throws IOException {
+        try {
+            f.join();
+        } catch (CompletionException e) {
+            Throwable cause = PoolVolume.unwrap(e);
+            if (cause instanceof PoolException p) throw new NbdErrorException(p.error(), p.getMessage());
+            if (cause instanceof IOException io) throw new NbdErrorException(Nbd.EIO, io.getMessage());
+            throw new NbdErrorException(Nbd.EIO, String.valueOf(cause));
+        } catch (java.util.concurrent.CancellationException e) {
+            throw new InterruptedIOException("pool request cancelled");
+        }
+    }
+}

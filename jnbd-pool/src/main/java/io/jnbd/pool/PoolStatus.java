@@ -1,0 +1,67 @@
+package io.jnbd.pool;
+
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.PropertyNamingStrategies;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * A pool volume's state, for {@code jnbd pool status} and the serving export's status: each memory server with
+ * its load and the extents it holds, how many extents have fewer than N copies or none, and how recovery goes.
+ */
+public record PoolStatus(long size, int replicas, int extentSize, int client, int unit, List<Server> servers,
+                         int extents, int placed, int belowReplicas, int lost, Recovery recovery) {
+
+    public record Server(String address, String state, String incarnation, long free, int extents, int inFlight,
+                         String lastError) {}
+
+    /** {@code queued}: extents waiting for or in repair; {@code waiting}: those that found no server to copy to. */
+    public record Recovery(int queued, int waiting, long extentsRestored, long bytesCopied, long bytesPerSecond) {}
+
+    static PoolStatus of(PoolVolume v, io.jnbd.pool.Recovery r) {
+        Map<MemServerLink, Integer> held = new HashMap<>();
+        int placed = 0, below = 0, lost = 0, wanted = v.config().replicas();
+        for (int i = 0; i < v.extentCount(); i++) {
+            Extent e = v.extent(i);
+            if (e == null) continue;
+            placed++;
+            if (e.lost()) {
+                lost++;
+                continue;
+            }
+            if (!e.healthy(wanted)) below++;
+            for (Replica rep : e.replicas()) if (rep.readable()) held.merge(rep.link, 1, Integer::sum);
+        }
+        List<Server> servers = new ArrayList<>();
+        for (MemServerLink l : v.links()) {
+            MemServerLink.Session s = l.session();
+            servers.add(new Server(l.name(), s == null ? "down" : "up", s == null ? null : Long.toHexString(s.incarnation()),
+                l.free(), held.getOrDefault(l, 0), l.inFlight(), s == null ? l.lastError() : null));
+        }
+        PoolConfig c = v.config();
+        return new PoolStatus(c.size(), wanted, c.extentSize(), v.space().client(), c.unit(), servers, v.extentCount(),
+            placed, below, lost, new Recovery(r.queued(), r.waiting(), r.extentsRestored(), r.bytesCopied(), r.rate()));
+    }
+
+    private static final ObjectMapper JSON = new ObjectMapper()
+        .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
+        .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
+
+    public byte[] toJson() {
+        try {
+            return JSON.writerWithDefaultPrettyPrinter().writeValueAsBytes(this);
+        } catch (IOException e) {
+            throw new IllegalStateException("a status record that does not serialise", e);
+        }
+    }
+
+    public static PoolStatus parse(byte[] bytes) throws IOException {
+        int end = bytes.length;
+        while (end > 0 && (bytes[end - 1] == 0 || bytes[end - 1] == ' ' || bytes[end - 1] == '\n')) end--;
+        return JSON.readValue(bytes, 0, end, PoolStatus.class);
+    }
+}

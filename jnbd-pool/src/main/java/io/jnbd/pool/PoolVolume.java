@@ -1,0 +1,459 @@
+package io.jnbd.pool;
+
+import io.jnbd.client.NbdErrorException;
+import io.jnbd.pool.memserver.SpaceName;
+import io.jnbd.protocol.Nbd;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicReferenceArray;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A virtual disk spread over memory servers in replicated extents (NMS). The client owns the placement: the
+ * page location table ({@link #extents}, an extent's replica group per entry) lives here, so no other party
+ * needs to agree on anything; a server's liveness is its connection plus a per-request timeout.
+ *
+ * <p>A write goes to every live replica of its extent and completes when all of them have it; a replica whose
+ * server refused it is marked stale and never read again until resynced. A read goes to one replica, the least
+ * busy, and moves on to another on error or timeout. A lost server's replicas are dropped at once and
+ * {@link Recovery} restores the copies elsewhere while I/O goes on. An extent with no replica left is lost:
+ * EIO for its reads and writes, never zeroes or old data. See docs/decisions/0005-memory-pool.md.
+ */
+public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
+    private static final Logger log = LoggerFactory.getLogger(PoolVolume.class);
+    private static final int READ_ATTEMPTS = 8;
+
+    private final PoolConfig config;
+    private final long instance;
+    private volatile int client;
+    private final List<MemServerLink> links = new ArrayList<>();
+    private final AtomicReferenceArray<Extent> extents;
+    private final Object[] placing = new Object[64];
+    private final Placement placement;
+    private final Recovery recovery;
+
+    private PoolVolume(PoolConfig config) {
+        this.config = config;
+        long drawn;
+        do drawn = new SecureRandom().nextLong(); while (drawn == 0);
+        this.instance = drawn;
+        this.client = config.client() != 0 ? config.client() : 1 + ThreadLocalRandom.current().nextInt(0xFFFF);
+        this.extents = new AtomicReferenceArray<>(config.extentCount());
+        for (int i = 0; i < placing.length; i++) placing[i] = new Object();
+        for (String s : config.servers()) {
+            links.add(new MemServerLink(s, this::space, config.serverTimeout(), config.extentSize(), this));
+        }
+        this.placement = new Placement(links, config.candidates(), config.extentSize());
+        this.recovery = new Recovery(this, config.recoveryRate());
+    }
+
+    /**
+     * Connects to the memory servers and returns the volume. At least one must answer; the others are connected
+     * in the background as they come up. A client id drawn at random that another pool client already uses on a
+     * server is drawn again.
+     */
+    public static PoolVolume open(PoolConfig config) throws IOException {
+        PoolVolume v = new PoolVolume(config);
+        try {
+            v.connectFirst();
+        } catch (IOException | RuntimeException e) {
+            v.close();
+            throw e;
+        }
+        for (MemServerLink l : v.links) l.start();
+        v.recovery.start();
+        return v;
+    }
+
+    private void connectFirst() throws IOException {
+        for (int attempt = 0; ; attempt++) {
+            List<CompletableFuture<String>> tries = new ArrayList<>();
+            for (MemServerLink l : links) {
+                tries.add(CompletableFuture.supplyAsync(() -> {
+                    try {
+                        l.connectOnce();
+                        return null;
+                    } catch (IOException | RuntimeException e) {
+                        return l.name() + ": " + e.getMessage();
+                    }
+                }, r -> Thread.ofVirtual().start(r)));
+            }
+            List<String> errors = new ArrayList<>();
+            for (var t : tries) {
+                String e = t.join();
+                if (e != null) errors.add(e);
+            }
+            boolean taken = errors.stream().anyMatch(e -> e.contains("is in use by another pool client"));
+            if (taken && config.client() == 0 && attempt < 8) {
+                // Another pool client holds this id somewhere: start over with another, before anything is placed.
+                for (MemServerLink l : links) {
+                    MemServerLink.Session s = l.session();
+                    if (s != null) l.fail(s, "client id " + client + " is taken elsewhere");
+                }
+                client = 1 + ThreadLocalRandom.current().nextInt(0xFFFF);
+                continue;
+            }
+            if (errors.size() == links.size()) throw new IOException("no memory server answered: " + String.join("; ", errors));
+            if (taken) throw new IOException("client id " + client + " is in use: " + String.join("; ", errors));
+            for (String e : errors) log.warn("pool: memory server {} (will keep trying)", e);
+            log.info("pool: {} of {} memory servers up; client {}, unit {}, {} extents of {} KiB, {} replicas",
+                links.size() - errors.size(), links.size(), client, config.unit(), config.extentCount(),
+                config.extentSize() >> 10, config.replicas());
+            return;
+        }
+    }
+
+    SpaceName space() {
+        return new SpaceName(client, config.unit(), instance);
+    }
+
+    public long size() {
+        return config.size();
+    }
+
+    PoolConfig config() {
+        return config;
+    }
+
+    List<MemServerLink> links() {
+        return links;
+    }
+
+    Extent extent(int index) {
+        return extents.get(index);
+    }
+
+    int extentCount() {
+        return extents.length();
+    }
+
+    Placement placement() {
+        return placement;
+    }
+
+    // ---- requests ----
+
+    public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
+        List<CompletableFuture<Void>> parts = new ArrayList<>();
+        forEachExtent(offset, dst, (idx, pos, part) -> parts.add(readExtent(idx, pos, part)));
+        return all(parts);
+    }
+
+    public CompletableFuture<Void> write(long offset, ByteBuffer src) {
+        List<CompletableFuture<Void>> parts = new ArrayList<>();
+        forEachExtent(offset, src, (idx, pos, part) -> parts.add(writeExtent(idx, pos, part)));
+        return all(parts);
+    }
+
+    /** Discards a range; the memory servers free the pages. An extent trimmed whole is unplaced, and reads as zeroes. */
+    public CompletableFuture<Void> trim(long offset, long length) {
+        check(offset, length);
+        List<CompletableFuture<Void>> parts = new ArrayList<>();
+        long end = offset + length;
+        for (long pos = offset; pos < end; ) {
+            int idx = (int) (pos / config.extentSize());
+            long extentEnd = Math.min(end, (long) (idx + 1) * config.extentSize());
+            parts.add(trimExtent(idx, pos, extentEnd - pos));
+            pos = extentEnd;
+        }
+        return all(parts);
+    }
+
+    /** Every acknowledged write already is on every live replica: there is nothing more to make durable. */
+    public CompletableFuture<Void> flush() {
+        return CompletableFuture.completedFuture(null);
+    }
+
+    private interface PartVisitor {
+        void visit(int index, long position, ByteBuffer part);
+    }
+
+    private void forEachExtent(long offset, ByteBuffer buf, PartVisitor visitor) {
+        int length = buf.remaining();
+        check(offset, length);
+        for (int done = 0; done < length; ) {
+            long pos = offset + done;
+            int idx = (int) (pos / config.extentSize());
+            int n = (int) Math.min(length - done, (long) (idx + 1) * config.extentSize() - pos);
+            visitor.visit(idx, pos, buf.slice(buf.position() + done, n));
+            done += n;
+        }
+    }
+
+    private void check(long offset, long length) {
+        if (offset < 0 || length < 0 || offset > config.size() || length > config.size() - offset) {
+            throw new IllegalArgumentException(length + " bytes at " + offset + " lie outside the volume (" + config.size() + " bytes)");
+        }
+    }
+
+    private CompletableFuture<Void> readExtent(int idx, long pos, ByteBuffer dst) {
+        Extent e = extents.get(idx);
+        if (e == null) {
+            java.lang.foreign.MemorySegment.ofBuffer(dst).fill((byte) 0); // never written
+            return CompletableFuture.completedFuture(null);
+        }
+        return readFrom(e, pos, dst, 0);
+    }
+
+    private CompletableFuture<Void> readFrom(Extent e, long pos, ByteBuffer dst, int attempt) {
+        if (e.lost()) return CompletableFuture.failedFuture(lostError(e));
+        Replica best = null;
+        MemServerLink.Session session = null;
+        for (Replica r : e.replicas()) {
+            MemServerLink.Session s = r.link.session();
+            if (r.state != Replica.State.IN_SYNC || s == null || s.generation() != r.generation) continue;
+            if (best == null || r.link.inFlight() < best.link.inFlight()) {
+                best = r;
+                session = s;
+            }
+        }
+        if (best == null) {
+            if (e.readableCount() == 0) lose(e, "no replica is left to read");
+            return CompletableFuture.failedFuture(lostError(e));
+        }
+        if (attempt >= READ_ATTEMPTS) {
+            return CompletableFuture.failedFuture(new PoolException(Nbd.EIO, "read of " + e + " failed " + attempt + " times"));
+        }
+        Replica r = best;
+        MemServerLink.Session s = session;
+        return r.link.track(s.data().read(pos, dst.duplicate())).handle((v, err) -> {
+            if (err == null) return CompletableFuture.<Void>completedFuture(null);
+            replicaFailed(e, r, s, unwrap(err));
+            return readFrom(e, pos, dst, attempt + 1);
+        }).thenCompose(f -> f);
+    }
+
+    private CompletableFuture<Void> writeExtent(int idx, long pos, ByteBuffer src) {
+        Extent e;
+        try {
+            e = extentForWrite(idx);
+        } catch (PoolException ex) {
+            return CompletableFuture.failedFuture(ex);
+        }
+        long from = pos - e.start;
+        return e.gate.acquire(from, from + src.remaining())
+            .thenCompose(t -> fanOut(e, pos, src, src.remaining()).whenComplete((v, x) -> e.gate.release(t)));
+    }
+
+    private CompletableFuture<Void> trimExtent(int idx, long pos, long length) {
+        Extent e = extents.get(idx);
+        if (e == null) return CompletableFuture.completedFuture(null);
+        long from = pos - e.start;
+        boolean whole = from == 0 && length == extentLength(e);
+        return e.gate.acquire(from, from + length).thenCompose(t -> fanOut(e, pos, null, length).thenRun(() -> {
+            if (whole && extents.compareAndSet(idx, e, null)) unplaced(e);
+        }).whenComplete((v, x) -> e.gate.release(t)));
+    }
+
+    long extentLength(Extent e) {
+        return Math.min(config.extentSize(), config.size() - e.start);
+    }
+
+    /**
+     * Sends a write ({@code data} non-null) or a trim to every replica that takes writes, and judges the replies:
+     * done when every in-sync replica either acknowledged or was dropped (its server lost) or demoted (stale).
+     */
+    private CompletableFuture<Void> fanOut(Extent e, long pos, ByteBuffer data, long length) {
+        if (e.lost()) return CompletableFuture.failedFuture(lostError(e));
+        List<Replica> targets = new ArrayList<>();
+        List<MemServerLink.Session> sessions = new ArrayList<>();
+        for (Replica r : e.replicas()) {
+            MemServerLink.Session s = r.link.session();
+            if (r.state == Replica.State.STALE || s == null || s.generation() != r.generation) continue;
+            targets.add(r);
+            sessions.add(s);
+        }
+        if (targets.stream().noneMatch(r -> r.state == Replica.State.IN_SYNC)) {
+            lose(e, "no replica is left to write");
+            return CompletableFuture.failedFuture(lostError(e));
+        }
+        List<CompletableFuture<Void>> sent = new ArrayList<>();
+        for (int i = 0; i < targets.size(); i++) {
+            MemServerLink.Session s = sessions.get(i);
+            sent.add(targets.get(i).link.track(data != null ? s.data().write(pos, data.duplicate(), false)
+                : s.data().trim(pos, length, false)));
+        }
+        return CompletableFuture.allOf(sent.stream().map(f -> f.exceptionally(x -> null)).toArray(CompletableFuture[]::new))
+            .thenCompose(v -> judge(e, targets, sessions, sent, data != null));
+    }
+
+    private CompletableFuture<Void> judge(Extent e, List<Replica> targets, List<MemServerLink.Session> sessions,
+                                          List<CompletableFuture<Void>> sent, boolean write) {
+        int acked = 0, full = 0, failed = 0;
+        List<Replica> refused = new ArrayList<>();
+        for (int i = 0; i < targets.size(); i++) {
+            Replica r = targets.get(i);
+            Throwable err = sent.get(i).isCompletedExceptionally() ? unwrap(sent.get(i).exceptionNow()) : null;
+            boolean inSync = r.state == Replica.State.IN_SYNC;
+            if (err == null) {
+                if (inSync) acked++;
+                continue;
+            }
+            if (err instanceof NbdErrorException ne) {
+                refused.add(r);
+                if (ne.error() == Nbd.ENOSPC) {
+                    r.link.markFull();
+                    if (inSync) full++;
+                }
+            } else {
+                r.link.fail(sessions.get(i), MemServerLink.rootMessage(err)); // drops its replicas, this one too
+            }
+            if (inSync) failed++;
+        }
+        if (acked > 0) {
+            // Those that refused now differ from the ones that took it: never read them until they are copied anew.
+            for (Replica r : refused) demote(e, r);
+            e.written = true;
+            return CompletableFuture.completedFuture(null);
+        }
+        if (write && full > 0 && full == failed) {
+            // The store allocates all or nothing, so each refusing replica is as it was: they still agree.
+            if (!e.written) abandonFresh(e);
+            return CompletableFuture.failedFuture(new PoolException(Nbd.ENOSPC, "no room for " + e + " on its memory servers"));
+        }
+        if (e.readableCount() == 0) lose(e, "its last replica failed a write");
+        return CompletableFuture.failedFuture(lostError(e));
+    }
+
+    /** A replica that failed a request: its server lost, or (an error from the server) this replica stale. */
+    private void replicaFailed(Extent e, Replica r, MemServerLink.Session s, Throwable err) {
+        if (err instanceof NbdErrorException) demote(e, r);
+        else r.link.fail(s, MemServerLink.rootMessage(err));
+    }
+
+    private void demote(Extent e, Replica r) {
+        if (r.state != Replica.State.STALE) {
+            log.warn("pool: {} on {} is stale (a request to it failed); it will be copied anew", e, r.link.name());
+            r.state = Replica.State.STALE;
+        }
+        recovery.enqueue(e.index);
+    }
+
+    // ---- placement ----
+
+    private Extent extentForWrite(int idx) throws PoolException {
+        Extent e = extents.get(idx);
+        if (e != null) return e;
+        synchronized (placing[idx % placing.length]) {
+            e = extents.get(idx);
+            if (e != null) return e;
+            List<Replica> group = new ArrayList<>();
+            Set<MemServerLink> chosen = new HashSet<>();
+            for (int i = 0; i < config.replicas(); i++) {
+                MemServerLink l = placement.pick(chosen);
+                if (l == null) break;
+                MemServerLink.Session s = l.session();
+                if (s == null) continue;
+                chosen.add(l);
+                group.add(new Replica(l, s.generation(), Replica.State.IN_SYNC));
+            }
+            if (group.isEmpty()) {
+                throw placement.shortage() == Placement.Shortage.NONE_UP
+                    ? new PoolException(Nbd.EIO, "no memory server is up")
+                    : new PoolException(Nbd.ENOSPC, "every memory server is full");
+            }
+            e = new Extent(idx, (long) idx * config.extentSize(), group);
+            for (Replica r : group) r.link.extentsHeld.add(idx);
+            extents.set(idx, e);
+            if (group.size() < config.replicas()) recovery.enqueue(idx); // fewer servers up than copies wanted
+            return e;
+        }
+    }
+
+    /** A new extent whose first write no server could take: it leaves nothing behind and is not placed. */
+    private void abandonFresh(Extent e) {
+        if (!extents.compareAndSet(e.index, e, null)) return;
+        unplaced(e);
+    }
+
+    /** Frees an extent's copies that are no longer referenced. */
+    private void unplaced(Extent e) {
+        for (Replica r : e.replicas()) discardCopy(e, r);
+    }
+
+    /** Trims a copy that is no longer (or never was) a replica, so it does not hold its server's memory. */
+    void discardCopy(Extent e, Replica r) {
+        MemServerLink.Session s = r.link.session();
+        if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
+        r.link.track(s.data().trim(e.start, extentLength(e), false)).whenComplete((v, x) -> {
+            if (x == null && !holdsElsewhere(e.index, r.link)) r.link.extentsHeld.remove(e.index);
+        });
+    }
+
+    private boolean holdsElsewhere(int idx, MemServerLink link) {
+        Extent now = extents.get(idx);
+        return now != null && now.holds(link);
+    }
+
+    // ---- loss ----
+
+    void loseExtent(Extent e, String why) {
+        lose(e, why);
+    }
+
+    /** A source replica that failed while an extent was copied from it. */
+    void replicaFailedOnCopy(Extent e, Replica r, MemServerLink.Session s, Exception ex) {
+        Throwable cause = ex instanceof java.util.concurrent.ExecutionException && ex.getCause() != null ? ex.getCause() : ex;
+        replicaFailed(e, r, s, unwrap(cause));
+    }
+
+    private void lose(Extent e, String why) {
+        if (!e.markLost()) return;
+        log.error("pool: extent {} (bytes {} to {}) is lost: {}; its reads and writes fail with EIO", e.index, e.start,
+            e.start + extentLength(e) - 1, why);
+    }
+
+    private PoolException lostError(Extent e) {
+        return new PoolException(Nbd.EIO, "extent " + e.index + " (bytes " + e.start + " to "
+            + (e.start + extentLength(e) - 1) + ") has no replica left");
+    }
+
+    @Override
+    public void up(MemServerLink link) {
+        recovery.wake();
+    }
+
+    @Override
+    public void down(MemServerLink link, int generation, String why) {
+        int affected = 0;
+        for (int idx : new ArrayList<>(link.extentsHeld)) {
+            Extent e = extents.get(idx);
+            if (e == null || e.dropSession(link, generation).isEmpty()) continue;
+            affected++;
+            if (e.readableCount() == 0) lose(e, "its last replica was on " + link.name() + " (" + why + ")");
+            else recovery.enqueue(idx);
+        }
+        if (affected > 0) log.warn("pool: {} extents lost a replica on {}; restoring their copies", affected, link.name());
+    }
+
+    // ---- status ----
+
+    public PoolStatus status() {
+        return PoolStatus.of(this, recovery);
+    }
+
+    @Override
+    public void close() {
+        recovery.close();
+        for (MemServerLink l : links) l.close();
+    }
+
+    static Throwable unwrap(Throwable e) {
+        while (e instanceof CompletionException && e.getCause() != null) e = e.getCause();
+        return e;
+    }
+
+    private static CompletableFuture<Void> all(List<CompletableFuture<Void>> parts) {
+        if (parts.size() == 1) return parts.getFirst();
+        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
+    }
+}

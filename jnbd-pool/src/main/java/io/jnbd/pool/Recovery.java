@@ -1,0 +1,303 @@
+package io.jnbd.pool;
+
+import io.jnbd.client.Extent;
+import io.jnbd.client.NbdErrorException;
+import io.jnbd.protocol.Nbd;
+import java.nio.ByteBuffer;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Restores the replication degree of extents (NMS: page in from a surviving copy, page out to a new server),
+ * in the background and rate-limited while I/O goes on. An extent below N copies gets a new replica: its range on
+ * the new server is cleared, the replica joins the group (from then on it receives every write), and the extent
+ * is copied chunk by chunk from a readable replica, each chunk under the extent's {@link RangeGate}, so that no
+ * write to that chunk lands between the read from the source and the write to the new copy. A stale replica
+ * whose server is still up is resynced the same way in place.
+ */
+final class Recovery implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(Recovery.class);
+    private static final int CHUNK = 1 << 20;
+    /** Extents copied at once: enough to keep the network busy while one waits for a round trip. */
+    private static final int PARALLEL = 4;
+
+    private final PoolVolume volume;
+    private final RateLimiter limiter;
+    private final LinkedBlockingQueue<Integer> queue = new LinkedBlockingQueue<>();
+    private final Set<Integer> queued = ConcurrentHashMap.newKeySet();
+    /** Extents being repaired now, and those asked for again meanwhile. */
+    private final Set<Integer> active = ConcurrentHashMap.newKeySet(), again = ConcurrentHashMap.newKeySet();
+    /** Extents that found no server to take a new copy; retried when one comes up, or every few seconds. */
+    private final Set<Integer> waiting = ConcurrentHashMap.newKeySet();
+    private final Semaphore slots = new Semaphore(PARALLEL);
+    private final AtomicLong bytesCopied = new AtomicLong(), extentsRestored = new AtomicLong();
+    private volatile long rate;
+    private volatile boolean closed;
+    private Thread worker;
+
+    Recovery(PoolVolume volume, long bytesPerSecond) {
+        this.volume = volume;
+        this.limiter = new RateLimiter(bytesPerSecond);
+    }
+
+    void start() {
+        worker = Thread.ofVirtual().name("jnbd-pool-recovery").start(this::run);
+    }
+
+    void enqueue(int idx) {
+        if (queued.add(idx)) queue.add(idx);
+    }
+
+    /** A server came up: the extents that waited for one try again. */
+    void wake() {
+        for (Integer idx : List.copyOf(waiting)) {
+            if (waiting.remove(idx)) enqueue(idx);
+        }
+    }
+
+    private void run() {
+        long lastTick = System.nanoTime(), lastBytes = 0, lastRetry = System.nanoTime();
+        while (!closed) {
+            Integer idx;
+            try {
+                idx = queue.poll(500, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                return;
+            }
+            long now = System.nanoTime();
+            if (now - lastTick >= TimeUnit.SECONDS.toNanos(1)) {
+                long b = bytesCopied.get();
+                rate = (long) ((b - lastBytes) / ((now - lastTick) / 1e9));
+                lastBytes = b;
+                lastTick = now;
+            }
+            if (idx == null) {
+                if (!waiting.isEmpty() && now - lastRetry > TimeUnit.SECONDS.toNanos(3)) {
+                    lastRetry = now;
+                    wake();
+                }
+                continue;
+            }
+            queued.remove(idx);
+            if (!active.add(idx)) {
+                again.add(idx); // its repair is running; look again when it ends
+                continue;
+            }
+            try {
+                slots.acquire();
+            } catch (InterruptedException e) {
+                return;
+            }
+            Thread.ofVirtual().name("jnbd-pool-repair-" + idx).start(() -> {
+                try {
+                    repair(idx);
+                } catch (RuntimeException e) {
+                    log.error("pool: repairing extent {} failed", idx, e);
+                } finally {
+                    active.remove(idx);
+                    slots.release();
+                    if (again.remove(idx)) enqueue(idx);
+                }
+            });
+        }
+    }
+
+    private void repair(int idx) {
+        int wanted = volume.config().replicas();
+        for (int round = 0; round < 2 * wanted + 2 && !closed; round++) {
+            io.jnbd.pool.Extent e = volume.extent(idx);
+            if (e == null || e.lost()) return;
+            int readable = e.readableCount();
+            if (readable == 0) {
+                volume.loseExtent(e, "no readable replica is left to copy from");
+                return;
+            }
+            Replica stale = null;
+            for (Replica r : e.replicas()) {
+                if (r.state == Replica.State.STALE && r.live()) stale = r;
+                else if (r.state != Replica.State.IN_SYNC && !r.live()) e.remove(r);
+            }
+            if (readable >= wanted) {
+                // Enough copies: a stale one left over is freed rather than kept.
+                for (Replica r : e.replicas()) {
+                    if (r.state == Replica.State.STALE) {
+                        e.remove(r);
+                        volume.discardCopy(e, r);
+                    }
+                }
+                return;
+            }
+            Replica target = stale;
+            boolean fresh = target == null;
+            if (fresh) {
+                Set<MemServerLink> exclude = new HashSet<>();
+                for (Replica r : e.replicas()) if (r.live()) exclude.add(r.link);
+                MemServerLink link = volume.placement().pick(exclude);
+                MemServerLink.Session s = link == null ? null : link.session();
+                if (s == null) {
+                    waiting.add(idx);
+                    return;
+                }
+                target = new Replica(link, s.generation(), Replica.State.STALE);
+            }
+            if (copy(e, target, fresh)) {
+                extentsRestored.incrementAndGet();
+            } else {
+                e.remove(target);
+                volume.discardCopy(e, target);
+            }
+        }
+        if (!closed) waiting.add(idx); // kept failing: try again later rather than spin
+    }
+
+    /** Makes {@code target} a full copy of {@code e}; true when it is in sync. */
+    private boolean copy(io.jnbd.pool.Extent e, Replica target, boolean fresh) {
+        long len = volume.extentLength(e);
+        long timeout = volume.config().serverTimeout().toMillis() * 2;
+        MemServerLink.Session ts = target.link.session();
+        if (ts == null || ts.generation() != target.generation) return false;
+        try {
+            // Cleared before it receives writes: a stale copy, or whatever an older replica there left.
+            await(ts.data().trim(e.start, len, false), timeout);
+        } catch (Exception ex) {
+            targetFailed(target, ts, ex);
+            return false;
+        }
+        if (fresh) {
+            e.add(target);
+            target.link.extentsHeld.add(e.index);
+        }
+        target.state = Replica.State.SYNCING;
+        ByteBuffer buf = ByteBuffer.allocateDirect(CHUNK);
+        for (long off = 0; off < len; off += CHUNK) {
+            int n = (int) Math.min(CHUNK, len - off);
+            RangeGate.Ticket ticket = e.gate.acquire(off, off + n).join();
+            try {
+                if (target.state != Replica.State.SYNCING || !target.live()) return false; // a write to it failed
+                Replica src = source(e);
+                if (src == null) return false;
+                MemServerLink.Session ss = src.link.session();
+                if (ss == null || ss.generation() != src.generation) return false;
+                long at = e.start + off;
+                boolean data;
+                try {
+                    data = hasData(await(src.link.track(ss.data().blockStatus(at, n)), timeout));
+                    if (data) {
+                        limiter.acquire(n);
+                        buf.clear().limit(n);
+                        await(src.link.track(ss.data().read(at, buf.duplicate())), timeout);
+                    }
+                } catch (Exception ex) {
+                    volume.replicaFailedOnCopy(e, src, ss, ex);
+                    return false;
+                }
+                if (data) {
+                    try {
+                        await(target.link.track(ts.data().write(at, buf.duplicate(), false)), timeout);
+                    } catch (Exception ex) {
+                        targetFailed(target, ts, ex);
+                        return false;
+                    }
+                    bytesCopied.addAndGet(n);
+                }
+            } finally {
+                e.gate.release(ticket);
+            }
+        }
+        if (target.state != Replica.State.SYNCING || !target.live()) return false;
+        target.state = Replica.State.IN_SYNC;
+        log.debug("pool: {} has a new copy on {}", e, target.link.name());
+        return true;
+    }
+
+    private static Replica source(io.jnbd.pool.Extent e) {
+        Replica best = null;
+        for (Replica r : e.replicas()) {
+            if (r.readable() && (best == null || r.link.inFlight() < best.link.inFlight())) best = r;
+        }
+        return best;
+    }
+
+    private static boolean hasData(List<Extent> map) {
+        for (Extent x : map) if ((x.flags() & Nbd.STATE_HOLE) == 0) return true;
+        return map.isEmpty();
+    }
+
+    private void targetFailed(Replica target, MemServerLink.Session ts, Exception ex) {
+        Throwable cause = PoolVolume.unwrap(ex instanceof java.util.concurrent.ExecutionException ? ex.getCause() : ex);
+        if (cause instanceof NbdErrorException ne) {
+            if (ne.error() == Nbd.ENOSPC) target.link.markFull();
+        } else {
+            target.link.fail(ts, "while copying an extent to it: " + MemServerLink.rootMessage(cause));
+        }
+    }
+
+    private static <T> T await(CompletableFuture<T> f, long timeoutMillis) throws Exception {
+        return f.get(timeoutMillis, TimeUnit.MILLISECONDS);
+    }
+
+    int queued() {
+        return queued.size() + active.size();
+    }
+
+    int waiting() {
+        return waiting.size();
+    }
+
+    long bytesCopied() {
+        return bytesCopied.get();
+    }
+
+    long extentsRestored() {
+        return extentsRestored.get();
+    }
+
+    long rate() {
+        return rate;
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        if (worker != null) worker.interrupt();
+    }
+
+    /** A token bucket over bytes per second; 0 is no limit. Waits on the caller's (virtual) thread. */
+    static final class RateLimiter {
+        private final long rate;
+        private double tokens;
+        private long last = System.nanoTime();
+
+        RateLimiter(long bytesPerSecond) {
+            this.rate = bytesPerSecond;
+        }
+
+        void acquire(long bytes) {
+            if (rate <= 0) return;
+            long waitNanos;
+            synchronized (this) {
+                long now = System.nanoTime();
+                tokens = Math.min(rate / 10.0, tokens + (now - last) * rate / 1e9); // at most 100 ms of burst
+                last = now;
+                tokens -= bytes;
+                waitNanos = tokens < 0 ? (long) (-tokens * 1e9 / rate) : 0;
+            }
+            if (waitNanos > 0) {
+                try {
+                    TimeUnit.NANOSECONDS.sleep(waitNanos);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+    }
+}
