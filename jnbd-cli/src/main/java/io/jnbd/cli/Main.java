@@ -5,9 +5,9 @@ import picocli.CommandLine.Command;
 
 /** The {@code jnbd} command: one entry point, one subcommand per tool. */
 @Command(name = "jnbd", mixinStandardHelpOptions = true, version = "jnbd 0.1.0",
-    description = "Network block storage for the JVM: an NBD server and client tools.",
-    subcommands = {ServeCommand.class, BenchCommand.class, InfoCommand.class, CopyCommand.class, CmpCommand.class,
-        CommandLine.HelpCommand.class})
+    description = "Network block storage for the JVM: an NBD server, client tools and a memory pool.",
+    subcommands = {ServeCommand.class, MemServerCommand.class, PoolCommand.class, BenchCommand.class, InfoCommand.class,
+        CopyCommand.class, CmpCommand.class, CommandLine.HelpCommand.class})
 public final class Main implements Runnable {
 
     public static void main(String[] args) {

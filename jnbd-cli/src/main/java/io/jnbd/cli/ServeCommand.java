@@ -30,8 +30,10 @@ import picocli.CommandLine.Option;
         "name): ./jnbd-data/default.img, 1 GiB sparse, created on first run, on",
         "127.0.0.1:10809.",
         "",
-        "An export SPEC is file:PATH or memory:SIZE, then comma-separated options:",
-        "  size=SIZE          create the file if missing, grow it if smaller",
+        "An export SPEC is file:PATH, memory:SIZE or pool:HOST:PORT,..., then",
+        "comma-separated options:",
+        "  size=SIZE          create the file if missing, grow it if smaller (file:);",
+        "                     the virtual disk's size (pool:)",
         "  readonly           refuse writes, trims and zeroes with EPERM",
         "  mode=cached        page cache; reads leave by sendfile (default)",
         "  mode=direct        O_DIRECT into aligned off-heap buffers",
@@ -43,6 +45,12 @@ import picocli.CommandLine.Option;
         "  scheduler=sorted   each batch that arrived together is sorted by offset",
         "                     and adjacent reads or writes are merged",
         "  description=TEXT   shown by nbdinfo; must come last, may hold commas",
+        "A pool: export spreads its disk over memory servers (jnbd memserver) and",
+        "keeps copies of every extent; its state is in the export NAME/status:",
+        "  replicas=N         copies of each extent (default 2)",
+        "  extent=SIZE        the unit of placement (default 4M)",
+        "  server-timeout=S   a server silent this long is lost (default 3)",
+        "  recovery-rate=SIZE bytes per second for restoring copies (default 512M)",
         "SIZE takes K, M, G, T suffixes (powers of 1024), e.g. 64M, 10G.",
         ""},
     footer = {
@@ -54,6 +62,7 @@ import picocli.CommandLine.Option;
         "  jnbd serve --listen 0.0.0.0:10809 --unix /run/jnbd.sock \\",
         "             --export img=file:disk.img,size=20G,readonly",
         "  jnbd serve --config /etc/jnbd.conf",
+        "  jnbd serve --export swap=pool:10.0.0.1:10810,10.0.0.2:10810,10.0.0.3:10810,size=8G",
         "",
         "Connect with:",
         "  nbdinfo --list nbd://127.0.0.1:10809",
@@ -219,6 +228,13 @@ public final class ServeCommand implements Callable<Integer> {
                 opened.forEach(ServeCommand::closeQuietly);
                 err.println("jnbd serve: export '" + s.name() + "': cannot open " + s.target() + ": " + describe(e));
                 return 1;
+            }
+        }
+        // A backend with a state of its own (a pool) reports it as JSON in NAME/status.
+        for (Export e : List.copyOf(opened)) {
+            if (e.backend() instanceof io.jnbd.server.backend.StatusReporting r) {
+                opened.add(new Export(e.name() + "/status", "status of '" + e.name() + "' (JSON)",
+                    new io.jnbd.server.backend.DocumentBackend(256 * 1024, r::statusJson, "status of " + e.name())));
             }
         }
         Exports registry;

@@ -4,6 +4,7 @@ import io.jnbd.protocol.Nbd;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Extent;
 import io.jnbd.server.backend.NbdErrorException;
+import io.jnbd.server.backend.StatusReporting;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.nio.ByteBuffer;
@@ -18,7 +19,7 @@ import java.util.concurrent.CompletionException;
  * A pool volume served as an NBD export. Its calls wait on memory servers, so it is {@link Trait#REMOTE}: the
  * server runs each on a virtual thread, which parks while the volume's requests are out.
  */
-public final class PoolBackend implements Backend {
+public final class PoolBackend implements Backend, StatusReporting {
     private static final Set<Capability> CAPS = EnumSet.of(Capability.WRITE, Capability.FLUSH, Capability.FUA,
         Capability.TRIM, Capability.ZERO, Capability.FAST_ZERO, Capability.EXTENTS, Capability.MULTI_CONN);
 
@@ -99,6 +100,11 @@ public final class PoolBackend implements Backend {
             pos = next;
         }
         return out;
+    }
+
+    @Override
+    public byte[] statusJson() {
+        return volume.status().toJson();
     }
 
     @Override

@@ -63,6 +63,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
      */
     public static PoolVolume open(PoolConfig config) throws IOException {
         PoolVolume v = new PoolVolume(config);
+        v.status().toJson(); // loads the JSON library now rather than in the first status poll
         try {
             v.connectFirst();
         } catch (IOException | RuntimeException e) {

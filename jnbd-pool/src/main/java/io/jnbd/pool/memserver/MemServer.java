@@ -63,6 +63,7 @@ public final class MemServer implements AutoCloseable {
     private final SpaceRegistry registry;
     private final NbdServer server;
     private final ScheduledExecutorService timers;
+    private final java.util.concurrent.CountDownLatch stopped = new java.util.concurrent.CountDownLatch(1);
 
     private MemServer(Config config, ServerConfig serverConfig) throws IOException {
         long drawn;
@@ -72,6 +73,9 @@ public final class MemServer implements AutoCloseable {
         this.timers = Executors.newSingleThreadScheduledExecutor(Thread.ofPlatform().name("jnbd-memserver").daemon().factory());
         this.registry = new SpaceRegistry(store, config.grace(), timers, () -> description().text(), this::status);
         this.server = new NbdServer(registry, serverConfig);
+        // The first rendering loads and links the JSON library (about a second on a busy two-core machine):
+        // done here, it cannot make the first status poll of a pool client time out.
+        status().toJson();
         log.info("memory server incarnation {}: {} bytes of RAM{}, grace {}s", Long.toHexString(incarnation), config.memory(),
             config.spillDir() == null ? "" : ", " + config.spillSize() + " bytes of spill in " + config.spillDir(),
             config.grace().toSeconds());
@@ -118,14 +122,19 @@ public final class MemServer implements AutoCloseable {
             interval.toMillis(), interval.toMillis(), TimeUnit.MILLISECONDS);
     }
 
+    /** Blocks until {@link #stop} has finished: the RAM freed and the spill file gone. */
     public void awaitStop() throws InterruptedException {
-        server.awaitStop();
+        stopped.await();
     }
 
     public void stop(Duration grace) {
-        server.stop(grace);
-        timers.shutdownNow();
-        store.close();
+        try {
+            server.stop(grace);
+            timers.shutdownNow();
+            store.close();
+        } finally {
+            stopped.countDown();
+        }
     }
 
     @Override

@@ -1,0 +1,130 @@
+package io.jnbd.cli;
+
+import io.jnbd.pool.memserver.MemServer;
+import io.jnbd.server.ExportSpec;
+import io.jnbd.server.ServerConfig;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.net.BindException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.net.UnixDomainSocketAddress;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/** {@code jnbd memserver}: one memory server of a pool. */
+@Command(name = "memserver", mixinStandardHelpOptions = true, sortOptions = false,
+    description = {
+        "Run a memory server: keep pages for pool clients in RAM, with least recently",
+        "used ones spilled to disk when RAM is full. A pool export (jnbd serve",
+        "--export NAME=pool:HOST:PORT,...) spreads its virtual disk over several of",
+        "these and keeps N copies of every extent; see docs/pool.md.",
+        "",
+        "Each pool client gets its own space, with its own accounting and quota. When",
+        "a client's connections are all gone and it has not come back within the",
+        "grace, everything it stored is freed. A restarted memory server is empty and",
+        "says so: its incarnation changes, and clients never read its earlier data.",
+        "",
+        "The export 'status' holds the server's state as JSON:",
+        "  nbdcopy nbd://HOST:PORT/status - | head -c 2000",
+        ""},
+    footer = {
+        "",
+        "Examples:",
+        "  jnbd memserver --listen 127.0.0.1:10810 --memory 4G",
+        "  jnbd memserver --listen 0.0.0.0:10810 --memory 16G \\",
+        "                 --spill-dir /var/tmp/jnbd-spill --spill-size 64G --client-quota 8G",
+        "",
+        "SIGINT or SIGTERM: stop; the RAM is freed and the spill file deleted."})
+public final class MemServerCommand implements Callable<Integer> {
+
+    @Option(names = "--listen", paramLabel = "HOST:PORT", description = "TCP address to listen on; repeatable (default 127.0.0.1:10810)")
+    List<String> listen = new ArrayList<>();
+
+    @Option(names = "--unix", paramLabel = "PATH", description = "Unix socket to listen on; repeatable")
+    List<Path> unix = new ArrayList<>();
+
+    @Option(names = "--memory", paramLabel = "SIZE", required = true, description = "RAM for pages, e.g. 4G (required)")
+    String memory;
+
+    @Option(names = "--spill-dir", paramLabel = "DIR", description = "directory for the spill file of the disk tier")
+    Path spillDir;
+
+    @Option(names = "--spill-size", paramLabel = "SIZE", description = "size of the disk tier (with --spill-dir)")
+    String spillSize;
+
+    @Option(names = "--client-quota", paramLabel = "SIZE", description = "the most one client may store, RAM and spill together (default: no limit)")
+    String clientQuota;
+
+    @Option(names = "--grace", paramLabel = "SECONDS", defaultValue = "30",
+        description = "how long a client's data outlives its last connection (default ${DEFAULT-VALUE})")
+    int grace;
+
+    @Option(names = "--stats-interval", paramLabel = "SECONDS", defaultValue = "0",
+        description = "every N seconds, log memory in use, clients, throughput and latency; 0 = off")
+    int statsInterval;
+
+    @Override
+    public Integer call() throws Exception {
+        PrintStream err = System.err;
+        MemServer.Config config;
+        List<SocketAddress> addresses = new ArrayList<>();
+        try {
+            long ram = ExportSpec.parseSize(memory);
+            if (ram < (1 << 20)) throw new IllegalArgumentException("--memory must be at least 1M, not " + memory);
+            long spill = spillSize == null ? 0 : ExportSpec.parseSize(spillSize);
+            if ((spillDir == null) != (spill == 0)) throw new IllegalArgumentException("--spill-dir and --spill-size go together");
+            if (spillDir != null && !Files.isDirectory(spillDir)) throw new IllegalArgumentException("--spill-dir " + spillDir + " is not a directory");
+            if (grace < 0) throw new IllegalArgumentException("--grace must not be negative");
+            long quota = clientQuota == null ? 0 : ExportSpec.parseSize(clientQuota);
+            config = new MemServer.Config(ram / 65536 * 65536, spillDir, spill / 65536 * 65536, quota, Duration.ofSeconds(grace));
+            for (String l : listen.isEmpty() && unix.isEmpty() ? List.of("127.0.0.1:10810") : listen) {
+                addresses.add(ServeCommand.parseHostPort(l));
+            }
+            unix.forEach(p -> addresses.add(UnixDomainSocketAddress.of(p)));
+        } catch (IllegalArgumentException e) {
+            err.println("jnbd memserver: " + e.getMessage());
+            return 2;
+        }
+        MemServer server = MemServer.start(config, ServerConfig.defaults());
+        installSignalHandlers(server);
+        List<String> bound = new ArrayList<>();
+        for (SocketAddress a : addresses) {
+            try {
+                SocketAddress b = server.listen(a);
+                bound.add(b instanceof InetSocketAddress i ? i.getHostString() + ":" + i.getPort() : b.toString());
+            } catch (IOException e) {
+                err.println("jnbd memserver: cannot listen on " + a + ": "
+                    + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : e.getMessage()));
+                server.stop(Duration.ZERO);
+                return 1;
+            }
+        }
+        if (statsInterval > 0) server.reportStatsEvery(Duration.ofSeconds(statsInterval));
+        System.out.println("jnbd memserver: " + (config.memory() >> 20) + " MiB of RAM"
+            + (config.spillDir() == null ? "" : ", " + (config.spillSize() >> 20) + " MiB of spill in " + config.spillDir())
+            + ", incarnation " + Long.toHexString(server.incarnation()) + ", on " + String.join(", ", bound)
+            + "; press Ctrl-C to stop");
+        System.out.flush();
+        server.awaitStop();
+        return 0;
+    }
+
+    @SuppressWarnings("restriction")
+    private static void installSignalHandlers(MemServer server) {
+        for (String name : List.of("INT", "TERM")) {
+            try {
+                sun.misc.Signal.handle(new sun.misc.Signal(name), sig ->
+                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> server.stop(Duration.ofSeconds(5))));
+            } catch (IllegalArgumentException e) {
+                // signal not available here: the JVM's default handling applies
+            }
+        }
+    }
+}
