@@ -247,8 +247,18 @@ final class MemServerLink {
         }
     }
 
-    /** Counts a request to this server in flight while {@code f} runs, for the least-busy choice of reads. */
-    <T> CompletableFuture<T> track(CompletableFuture<T> f) {
+    /**
+     * Sends a request on a session's client, counting it in flight while it runs (for the least-busy choice of
+     * reads). A client closed under the caller (its session lost meanwhile) fails the future like a lost
+     * connection, never the caller.
+     */
+    <T> CompletableFuture<T> call(java.util.function.Supplier<CompletableFuture<T>> request) {
+        CompletableFuture<T> f;
+        try {
+            f = request.get();
+        } catch (RuntimeException e) {
+            return CompletableFuture.failedFuture(new io.jnbd.client.NbdConnectionException("connection to " + name + " is closed", e));
+        }
         inFlight.incrementAndGet();
         return f.whenComplete((v, e) -> inFlight.decrementAndGet());
     }

@@ -226,7 +226,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         }
         Replica r = best;
         MemServerLink.Session s = session;
-        return r.link.track(s.data().read(pos, dst.duplicate())).handle((v, err) -> {
+        return r.link.call(() -> s.data().read(pos, dst.duplicate())).handle((v, err) -> {
             if (err == null) return CompletableFuture.<Void>completedFuture(null);
             replicaFailed(e, r, s, unwrap(err));
             return readFrom(e, pos, dst, attempt + 1);
@@ -280,7 +280,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         List<CompletableFuture<Void>> sent = new ArrayList<>();
         for (int i = 0; i < targets.size(); i++) {
             MemServerLink.Session s = sessions.get(i);
-            sent.add(targets.get(i).link.track(data != null ? s.data().write(pos, data.duplicate(), false)
+            sent.add(targets.get(i).link.call(() -> data != null ? s.data().write(pos, data.duplicate(), false)
                 : s.data().trim(pos, length, false)));
         }
         return CompletableFuture.allOf(sent.stream().map(f -> f.exceptionally(x -> null)).toArray(CompletableFuture[]::new))
@@ -385,7 +385,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     void discardCopy(Extent e, Replica r) {
         MemServerLink.Session s = r.link.session();
         if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
-        r.link.track(s.data().trim(e.start, extentLength(e), false)).whenComplete((v, x) -> {
+        r.link.call(() -> s.data().trim(e.start, extentLength(e), false)).whenComplete((v, x) -> {
             if (x == null && !holdsElsewhere(e.index, r.link)) r.link.extentsHeld.remove(e.index);
         });
     }

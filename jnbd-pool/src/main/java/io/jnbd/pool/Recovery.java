@@ -167,7 +167,7 @@ final class Recovery implements AutoCloseable {
         if (ts == null || ts.generation() != target.generation) return false;
         try {
             // Cleared before it receives writes: a stale copy, or whatever an older replica there left.
-            await(ts.data().trim(e.start, len, false), timeout);
+            await(target.link.call(() -> ts.data().trim(e.start, len, false)), timeout);
         } catch (Exception ex) {
             targetFailed(target, ts, ex);
             return false;
@@ -190,11 +190,11 @@ final class Recovery implements AutoCloseable {
                 long at = e.start + off;
                 boolean data;
                 try {
-                    data = hasData(await(src.link.track(ss.data().blockStatus(at, n)), timeout));
+                    data = hasData(await(src.link.call(() -> ss.data().blockStatus(at, n)), timeout));
                     if (data) {
                         limiter.acquire(n);
                         buf.clear().limit(n);
-                        await(src.link.track(ss.data().read(at, buf.duplicate())), timeout);
+                        await(src.link.call(() -> ss.data().read(at, buf.duplicate())), timeout);
                     }
                 } catch (Exception ex) {
                     volume.replicaFailedOnCopy(e, src, ss, ex);
@@ -202,7 +202,7 @@ final class Recovery implements AutoCloseable {
                 }
                 if (data) {
                     try {
-                        await(target.link.track(ts.data().write(at, buf.duplicate(), false)), timeout);
+                        await(target.link.call(() -> ts.data().write(at, buf.duplicate(), false)), timeout);
                     } catch (Exception ex) {
                         targetFailed(target, ts, ex);
                         return false;

@@ -264,6 +264,21 @@ public final class NbdServer implements AutoCloseable {
         return buffers.outstandingBytes();
     }
 
+    /** The addresses the listeners are bound to, in the order they were opened. */
+    public List<SocketAddress> boundAddresses() {
+        List<SocketAddress> out = new ArrayList<>();
+        synchronized (stopLock) {
+            for (ServerSocketChannel l : listeners) {
+                try {
+                    out.add(l.getLocalAddress());
+                } catch (IOException e) {
+                    // closed meanwhile: no longer bound
+                }
+            }
+        }
+        return out;
+    }
+
     /** Number of open connections (in handshake or transmission). */
     public int connectionCount() {
         return connections.size();

@@ -127,7 +127,13 @@ public final class MemServer implements AutoCloseable {
         stopped.await();
     }
 
-    public void stop(Duration grace) {
+    /** True once {@link #stop} has run. */
+    public boolean stopped() {
+        return stopped.getCount() == 0;
+    }
+
+    public synchronized void stop(Duration grace) {
+        if (stopped()) return;
         try {
             server.stop(grace);
             timers.shutdownNow();

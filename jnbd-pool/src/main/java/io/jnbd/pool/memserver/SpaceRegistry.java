@@ -126,7 +126,11 @@ final class SpaceRegistry implements ExportRegistry {
             if (session == null || session.instance != s.instance() || --session.connections > 0) return;
             session.lastDetachNanos = System.nanoTime();
             log.info("client {}: last connection gone; its data is freed in {}s unless it returns", s.client(), grace.toSeconds());
-            session.expiry = timers.schedule(() -> expire(session), grace.toMillis(), TimeUnit.MILLISECONDS);
+            try {
+                session.expiry = timers.schedule(() -> expire(session), grace.toMillis(), TimeUnit.MILLISECONDS);
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                // the server is stopping: everything is freed with the store
+            }
         }
     }
 

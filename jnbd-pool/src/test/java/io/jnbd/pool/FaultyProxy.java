@@ -1,0 +1,135 @@
+package io.jnbd.pool;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * A TCP proxy in front of a memory server that a test can break the way networks and machines break: hang it
+ * (no byte moves either way and the connections stay open, as a SIGSTOPped process or a partition), slow it,
+ * cut every connection (a crash the client hears of at once), refuse new connections (the server is down), and
+ * point it at another server (the same address after a restart).
+ */
+final class FaultyProxy implements AutoCloseable {
+    private final ServerSocketChannel listener;
+    private final Set<SocketChannel> open = ConcurrentHashMap.newKeySet();
+    private volatile InetSocketAddress target;
+    private volatile boolean hung, refusing, closed;
+    private volatile long delayNanos;
+    private final Object gate = new Object();
+
+    FaultyProxy(InetSocketAddress target) throws IOException {
+        this.target = target;
+        this.listener = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+        Thread.ofVirtual().name("proxy-accept").start(this::accept);
+    }
+
+    int port() throws IOException {
+        return ((InetSocketAddress) listener.getLocalAddress()).getPort();
+    }
+
+    String address() throws IOException {
+        return "127.0.0.1:" + port();
+    }
+
+    void retarget(InetSocketAddress t) {
+        target = t;
+    }
+
+    void hang(boolean on) {
+        hung = on;
+        if (!on) {
+            synchronized (gate) {
+                gate.notifyAll();
+            }
+        }
+    }
+
+    void delay(Duration d) {
+        delayNanos = d.toNanos();
+    }
+
+    void refuse(boolean on) {
+        refusing = on;
+    }
+
+    /** Resets every connection through the proxy. */
+    void cut() {
+        for (SocketChannel c : open) closeQuietly(c);
+        open.clear();
+    }
+
+    private void accept() {
+        while (!closed) {
+            SocketChannel client;
+            try {
+                client = listener.accept();
+            } catch (IOException e) {
+                return;
+            }
+            if (refusing) {
+                closeQuietly(client);
+                continue;
+            }
+            try {
+                SocketChannel server = SocketChannel.open(target);
+                open.add(client);
+                open.add(server);
+                Thread.ofVirtual().start(() -> pump(client, server));
+                Thread.ofVirtual().start(() -> pump(server, client));
+            } catch (IOException e) {
+                closeQuietly(client); // the server behind is gone: as if this address refused
+            }
+        }
+    }
+
+    private void pump(SocketChannel from, SocketChannel to) {
+        ByteBuffer buf = ByteBuffer.allocateDirect(64 * 1024);
+        try {
+            while (true) {
+                waitWhileHung();
+                buf.clear();
+                if (from.read(buf) < 0) break;
+                waitWhileHung();
+                long d = delayNanos;
+                if (d > 0) Thread.sleep(Duration.ofNanos(d));
+                buf.flip();
+                while (buf.hasRemaining()) to.write(buf);
+            }
+        } catch (IOException | InterruptedException e) {
+            // one side closed or was cut
+        } finally {
+            closeQuietly(from);
+            closeQuietly(to);
+            open.remove(from);
+            open.remove(to);
+        }
+    }
+
+    private void waitWhileHung() throws InterruptedException {
+        synchronized (gate) {
+            while (hung && !closed) gate.wait(100);
+        }
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        hang(false);
+        closeQuietly(listener);
+        cut();
+    }
+
+    private static void closeQuietly(java.io.Closeable c) {
+        try {
+            c.close();
+        } catch (IOException ignored) {
+            // already closed
+        }
+    }
+}
