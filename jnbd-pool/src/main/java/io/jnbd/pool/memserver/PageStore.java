@@ -18,9 +18,9 @@ import java.util.function.LongPredicate;
  *
  * <p><b>Where pages live.</b> {@link PageTable} maps each page that holds data to a RAM frame
  * ({@link RamTier}) or a spill slot ({@link SpillFile}); a page that is not in it reads as zeroes. New
- * pages and pages that are used go to RAM. When RAM is full, CLOCK (second chance) picks a page not used
- * since the hand last passed, writes it to a free slot and hands its frame over; a read or write of a
- * spilled page brings it back. {@link Tiers} does all of this one page at a time, and says how it locks.
+ * pages and pages that are used go to RAM. When RAM is full, CLOCK picks a page not used since the hand
+ * last passed (nor since it arrived: a page written once and never again goes before one read since),
+ * writes it to a free slot and hands its frame over; a read or write of a spilled page brings it back. {@link Tiers} does all of this one page at a time, and says how it locks.
  *
  * <p><b>Capacity.</b> {@link Ledger} counts every page against RAM plus spill and against its client's
  * quota before a write copies a byte, so a refused write changes nothing.

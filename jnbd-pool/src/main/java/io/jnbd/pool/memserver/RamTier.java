@@ -11,7 +11,8 @@ import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
- * The RAM tier: page frames, a free list, and per frame the page it holds and a CLOCK reference bit.
+ * The RAM tier: page frames, a free list, and per frame the page it holds and a CLOCK reference bit
+ * (second chance, with arrival not counted as a use: see {@link #hold}).
  *
  * <p>Frames are carved from 2 MiB regions allocated on first need, so a store's footprint follows what it
  * holds rather than its capacity, and kept until close: a freed frame goes on the free list for the next
@@ -90,9 +91,14 @@ final class RamTier implements AutoCloseable {
         }
     }
 
-    /** The frame now holds the page {@code key}; called under that page's stripe lock. */
+    /**
+     * The frame now holds the page {@code key}; called under that page's stripe lock. Arrival does not
+     * count as a use: were it to, a stream of new pages would find every bit set when the hand came round,
+     * and CLOCK would fall back to FIFO, evicting pages read between the writes as readily as the pages
+     * written once. A page earns its second chance by being used again while it is in RAM.
+     */
     void hold(int frame, long key) {
-        referenced[frame] = 1;
+        referenced[frame] = 0;
         owners.set(frame, key);
         holding.incrementAndGet();
     }
