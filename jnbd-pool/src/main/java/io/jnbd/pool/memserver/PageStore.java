@@ -36,8 +36,6 @@ public final class PageStore implements AutoCloseable {
     private static final long SPACE_LIMIT = 1L << (INDEX_BITS + PAGE_SHIFT);
     /** Enough that threads on different pages rarely share one; each costs about 300 bytes when empty. */
     private static final int STRIPES = 1024;
-    /** Below this many pages a range is looked up page by page; above it every stripe is scanned instead. */
-    private static final long PROBE_LIMIT = 4096;
 
     private final Ledger ledger;
     private final Tiers tiers;
@@ -149,7 +147,7 @@ public final class PageStore implements AutoCloseable {
         checkRange(offset, length);
         if (length == 0 || ledger.spacePages(space) == 0) return false;
         long first = offset >>> PAGE_SHIFT, last = (offset + length - 1) >>> PAGE_SHIFT;
-        if (last - first < PROBE_LIMIT) {
+        if (probeRatherThanScan(last - first + 1)) {
             for (long index = first; index <= last; index++) if (tiers.exists(key(space, index))) return true;
             return false;
         }
@@ -167,6 +165,7 @@ public final class PageStore implements AutoCloseable {
 
     /** Bytes the client holds in both tiers, including pages that writes in progress have reserved. */
     public long usedBytes(int client) {
+        if ((client & ~0xFFFF) != 0) throw new IllegalArgumentException("client " + client + " must be 16-bit");
         return ledger.clientPages(client) * PAGE;
     }
 
@@ -215,8 +214,17 @@ public final class PageStore implements AutoCloseable {
     /** Drops pages {@code [from, to)} of the space. */
     private void dropPages(int space, long from, long to) {
         if (ledger.spacePages(space) == 0) return;
-        if (to - from > Math.max(PROBE_LIMIT, ledger.committed())) tiers.removeAll(inRange(space, from, to));
-        else for (long index = from; index < to; index++) tiers.remove(key(space, index));
+        if (probeRatherThanScan(to - from)) for (long index = from; index < to; index++) tiers.remove(key(space, index));
+        else tiers.removeAll(inRange(space, from, to));
+    }
+
+    /**
+     * Whether to visit a range of pages one lock and lookup at a time, or to scan every stripe: a scan costs
+     * about as much as probing a thousand pages (a lock per stripe) plus a pass over every table slot,
+     * some two per page held, at a fraction of a probe's cost each.
+     */
+    private boolean probeRatherThanScan(long pages) {
+        return pages <= STRIPES + ledger.committed() / 16;
     }
 
     private static LongPredicate inRange(int space, long from, long to) {
