@@ -113,6 +113,12 @@ final class MemServerLink {
         if (f > 0) free = Math.max(0, f - bytes);
     }
 
+    /** Memory a trim gave back, until the next status says how much is free. */
+    void credit(long bytes) {
+        long f = free;
+        if (f >= 0) free = f + bytes;
+    }
+
     int inFlight() {
         return inFlight.get();
     }

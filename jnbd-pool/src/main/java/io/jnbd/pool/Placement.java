@@ -21,15 +21,19 @@ final class Placement {
         this.extentSize = extentSize;
     }
 
-    /** What a placement found when it could not place. */
-    enum Shortage { NONE_UP, ALL_FULL }
-
-    /** One server for an extent, none of {@code exclude}; null when none is up with room. */
+    /**
+     * One server for an extent, none of {@code exclude}; null when none is up. A server known to have room is
+     * preferred; when none is, the choice falls on those that are up all the same, since what a server last
+     * said of its memory may be stale (a trim may have freed it since), and a full one answers ENOSPC.
+     */
     MemServerLink pick(Set<MemServerLink> exclude) {
-        List<MemServerLink> open = new ArrayList<>();
+        List<MemServerLink> open = new ArrayList<>(), up = new ArrayList<>();
         for (MemServerLink l : links) {
-            if (!exclude.contains(l) && l.session() != null && hasRoom(l)) open.add(l);
+            if (exclude.contains(l) || l.session() == null) continue;
+            up.add(l);
+            if (hasRoom(l)) open.add(l);
         }
+        if (open.isEmpty()) open = up;
         if (open.isEmpty()) return null;
         MemServerLink best = null;
         ThreadLocalRandom random = ThreadLocalRandom.current();
@@ -39,12 +43,6 @@ final class Placement {
         }
         best.reserve(extentSize);
         return best;
-    }
-
-    /** Why nothing could be placed: no server up, or every one that is up is full. */
-    Shortage shortage() {
-        for (MemServerLink l : links) if (l.session() != null) return Shortage.ALL_FULL;
-        return Shortage.NONE_UP;
     }
 
     private boolean hasRoom(MemServerLink l) {

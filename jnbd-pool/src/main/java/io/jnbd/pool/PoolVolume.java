@@ -357,11 +357,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
                 chosen.add(l);
                 group.add(new Replica(l, s.generation(), Replica.State.IN_SYNC));
             }
-            if (group.isEmpty()) {
-                throw placement.shortage() == Placement.Shortage.NONE_UP
-                    ? new PoolException(Nbd.EIO, "no memory server is up")
-                    : new PoolException(Nbd.ENOSPC, "every memory server is full");
-            }
+            if (group.isEmpty()) throw new PoolException(Nbd.EIO, "no memory server is up");
             e = new Extent(idx, (long) idx * config.extentSize(), group);
             for (Replica r : group) r.link.extentsHeld.add(idx);
             extents.set(idx, e);
@@ -386,7 +382,9 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         MemServerLink.Session s = r.link.session();
         if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
         r.link.call(() -> s.data().trim(e.start, extentLength(e), false)).whenComplete((v, x) -> {
-            if (x == null && !holdsElsewhere(e.index, r.link)) r.link.extentsHeld.remove(e.index);
+            if (x != null) return;
+            r.link.credit(extentLength(e));
+            if (!holdsElsewhere(e.index, r.link)) r.link.extentsHeld.remove(e.index);
         });
     }
 
