@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -37,7 +38,8 @@ class FioInteropTest {
             "--export", "direct=file:" + dir.resolve("direct.img") + ",size=64M,mode=direct",
             // large reads cut into chunks that leave out of order, with the sorting scheduler
             "--export", "chunked=file:" + dir.resolve("chunked.img")
-                + ",size=64M,mode=direct,scheduler=sorted,split=128K,chunk=32K,streams=4");
+                + ",size=64M,mode=direct,scheduler=sorted,split=128K,chunk=32K,streams=4",
+            "--export", "big=memory:1G");
     }
 
     @AfterAll
@@ -60,6 +62,19 @@ class FioInteropTest {
         all.add(Arguments.of("chunked", "randwrite", "--bsrange=4k-2m", 1));
         all.add(Arguments.of("chunked", "randrw", "--bssplit=4k/40:64k/30:512k/20:2m/10", 32));
         return all.stream();
+    }
+
+    /**
+     * A memory export holds more than the JVM's default cap on off-heap memory (its heap's maximum, 512 MiB under
+     * bin/jnbd): every write of 768 MiB lands and reads back. The cap used to refuse it with ENOMEM past 500 MiB.
+     */
+    @Test
+    void aMemoryExportHoldsMoreThanTheHeapsWorthOfData() {
+        Interop.Result result = Interop.run(T, dir,
+            "fio", "--name=big", "--ioengine=nbd", "--uri=" + server.uri("big"), "--rw=write", "--bs=1M",
+            "--iodepth=8", "--size=768M", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--output-format=normal");
+        result.assertSuccess();
+        assertThat(result.output()).as(result.toString()).doesNotContainPattern("err=\\s*-?[1-9]").doesNotContain("verify: bad");
     }
 
     @ParameterizedTest(name = "{0}: rw={1} {2} iodepth={3}")
