@@ -35,7 +35,33 @@ public final class PoolBackend implements Backend, StatusReporting {
 
     @Override public long size() { return volume.size(); }
     @Override public Set<Capability> capabilities() { return CAPS; }
-    @Override public Set<Trait> traits() { return Set.of(Trait.REMOTE); }
+    @Override public Set<Trait> traits() { return Set.of(Trait.REMOTE, Trait.ASYNC); }
+
+    @Override
+    public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
+        return nbdErrors(volume.read(offset, dst));
+    }
+
+    @Override
+    public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
+        if (srcs.length == 1) return nbdErrors(volume.write(offset, srcs[0]));
+        List<CompletableFuture<Void>> parts = new ArrayList<>(srcs.length);
+        long pos = offset;
+        for (ByteBuffer b : srcs) {
+            parts.add(volume.write(pos, b));
+            pos += b.remaining();
+        }
+        return nbdErrors(CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new)));
+    }
+
+    /** A pool's failure as the NBD error it names, for the server's one mapping of failures (NbdErrors). */
+    private static CompletableFuture<Void> nbdErrors(CompletableFuture<Void> f) {
+        return f.exceptionallyCompose(e -> {
+            Throwable cause = PoolVolume.unwrap(e);
+            return CompletableFuture.failedFuture(cause instanceof PoolException p
+                ? new NbdErrorException(p.error(), p.getMessage()) : cause);
+        });
+    }
 
     @Override
     public String describe() {

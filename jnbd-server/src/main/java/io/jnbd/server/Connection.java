@@ -396,6 +396,11 @@ final class Connection implements Runnable {
                         continue;
                     }
                 }
+                if ((r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE) && backend.has(Backend.Trait.ASYNC)) {
+                    // Started here, answered from its completion: no thread waits for it, and no hop to one.
+                    inline.add(() -> serveAsync(op, members, backend));
+                    continue;
+                }
                 if (r.type() == Nbd.CMD_WRITE && source != null && !op.fua() && op.length() <= INLINE_WRITE_MAX) {
                     // A write into the page cache is quicker done here than handed to an I/O thread and back
                     // to the writer: two wake-ups fewer per request, and one writer per connection keeps
@@ -503,6 +508,75 @@ final class Connection implements Runnable {
     private void logFailure(Request r, int error, Throwable t) {
         if (error == Nbd.ENOTSUP || error == Nbd.ESHUTDOWN) log.debug("{}: {} failed: {}", peer, r, t.toString());
         else log.warn("{}: {} failed: {}", peer, r, t.toString());
+    }
+
+    /**
+     * A read or write of a backend with {@link Backend.Trait#ASYNC}: started on this thread, replied to from
+     * whichever thread completes it (the sends of a reply made off the reader go out as workers' do).
+     */
+    private void serveAsync(BatchScheduler.Op op, List<InFlight> members, Backend backend) {
+        InFlight first = members.getFirst();
+        first.timing.diskStart = System.nanoTime();
+        if (op.type() == Nbd.CMD_WRITE) {
+            List<ByteBuffer> bufs = new ArrayList<>(members.size());
+            for (InFlight m : members) {
+                if (m.payload != null) m.payload.addBuffersTo(bufs);
+            }
+            backend.writeAsync(op.offset(), bufs.toArray(ByteBuffer[]::new), op.fua()).whenComplete((v, err) -> {
+                markDiskDone(members);
+                if (err == null) {
+                    stats.bytesWritten.add(op.length());
+                    server.stats().bytesWritten.add(op.length());
+                }
+                for (InFlight m : members) {
+                    m.releasePayload();
+                    if (err == null) replyOk(m);
+                    else replyFailed(m, unwrap(err));
+                }
+            });
+            return;
+        }
+        BufferPool.Lease lease;
+        try {
+            lease = server.buffers().tryAcquire((int) op.length(), 0);
+            if (lease == null) {
+                flushDeferred(); // replies collected here hold buffers too
+                lease = server.buffers().acquire((int) op.length());
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            for (InFlight m : members) replyError(m, Nbd.ESHUTDOWN, "server is shutting down");
+            return;
+        }
+        BufferPool.Lease held = lease;
+        backend.readAsync(op.offset(), held.buffer().duplicate()).whenComplete((v, err) -> {
+            markDiskDone(members);
+            if (err != null) {
+                held.release();
+                for (InFlight m : members) replyFailed(m, unwrap(err));
+                return;
+            }
+            stats.bytesRead.add(op.length());
+            server.stats().bytesRead.add(op.length());
+            Releasable[] shares = Releasable.share(held, members.size());
+            for (int i = 0; i < members.size(); i++) {
+                InFlight m = members.get(i);
+                Request r = m.request;
+                ByteBuffer slice = held.buffer().slice((int) (r.offset() - op.offset()), (int) r.length());
+                emit(ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), slice, shares[i], m));
+            }
+        });
+    }
+
+    private void replyFailed(InFlight m, Throwable t) {
+        int error = NbdErrors.of(t);
+        logFailure(m.request, error, t);
+        replyError(m, error, t.getMessage() != null ? t.getMessage() : t.toString());
+    }
+
+    private static Throwable unwrap(Throwable t) {
+        while (t instanceof java.util.concurrent.CompletionException && t.getCause() != null) t = t.getCause();
+        return t;
     }
 
     private static void markDiskDone(List<InFlight> members) {

@@ -5,6 +5,7 @@ import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * The storage behind one export. Files, memory and the pool implement it; filters wrap it.
@@ -32,7 +33,12 @@ public interface Backend extends AutoCloseable {
         /** Data moves by O_DIRECT: buffers on huge pages pay, and large writes are split as they arrive. */
         DIRECT_IO,
         /** Calls wait on other machines: they run on virtual threads, so a slow peer holds no platform thread. */
-        REMOTE
+        REMOTE,
+        /**
+         * Reads and writes can be started without waiting ({@link #readAsync}, {@link #writeAsync}): the server
+         * starts them on the connection's own thread and replies when they complete, holding no thread meanwhile.
+         */
+        ASYNC
     }
 
     long size();
@@ -88,6 +94,20 @@ public interface Backend extends AutoCloseable {
             pos += n;
         }
         if (fua) flush();
+    }
+
+    /**
+     * With {@link Trait#ASYNC}: starts filling {@code dst} from its position to its limit with the bytes at
+     * {@code offset}, and completes when it is full (or failed, with an exception {@link NbdErrors} maps). The
+     * buffer's position afterwards is unspecified.
+     */
+    default CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
+        return CompletableFuture.failedFuture(new UnsupportedOperationException(describe() + " has no asynchronous reads"));
+    }
+
+    /** With {@link Trait#ASYNC}: starts writing the buffers one after another from {@code offset}. */
+    default CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
+        return CompletableFuture.failedFuture(new UnsupportedOperationException(describe() + " has no asynchronous writes"));
     }
 
     /** Makes every completed write durable, whichever connection made it. */
