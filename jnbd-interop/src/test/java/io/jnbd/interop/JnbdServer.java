@@ -12,17 +12,23 @@ import java.util.OptionalInt;
 import java.util.concurrent.TimeUnit;
 
 /**
- * {@code bin/jnbd serve} running as its own process on a free loopback port, the way a user runs it.
- * Its output goes to {@code server.log} in the working directory; {@link #stop()} sends SIGTERM.
+ * {@code bin/jnbd serve} (or {@code bin/jnbd memserver}) running as its own process on a free loopback port,
+ * the way a user runs it. Its output goes to {@code server.log} in the working directory; {@link #stop()}
+ * sends SIGTERM.
  */
 final class JnbdServer implements AutoCloseable {
 
     private static final Duration START_TIMEOUT = Duration.ofSeconds(60);
+    /** What {@code serve} prints once every listener is up. */
+    private static final String SERVE_BANNER = "Connect with";
+    /** What {@code memserver} prints once it listens. */
+    private static final String MEMSERVER_BANNER = "jnbd memserver:";
 
     private final Process process;
     private final int port;
     private final Path workDir;
     private final Path log;
+    private volatile boolean suspended;
 
     private JnbdServer(Process process, int port, Path workDir, Path log) {
         this.process = process;
@@ -33,7 +39,7 @@ final class JnbdServer implements AutoCloseable {
 
     /** Starts {@code bin/jnbd serve --listen 127.0.0.1:PORT ARGS...} in workDir and waits until the port accepts. */
     static JnbdServer start(Path workDir, String... args) throws IOException, InterruptedException {
-        return startOnFreePort(workDir, true, args);
+        return startOnFreePort(workDir, "serve", SERVE_BANNER, args);
     }
 
     /**
@@ -41,19 +47,39 @@ final class JnbdServer implements AutoCloseable {
      * the banner: for tests of what happens in the moment right after the server starts listening.
      */
     static JnbdServer startUntilAccepting(Path workDir, String... args) throws IOException, InterruptedException {
-        return startOnFreePort(workDir, false, args);
+        return startOnFreePort(workDir, "serve", null, args);
     }
 
-    private static JnbdServer startOnFreePort(Path workDir, boolean waitForBanner, String... args)
+    /**
+     * Starts {@code bin/jnbd memserver --listen 127.0.0.1:PORT ARGS...} (a memory server of a pool) in workDir
+     * on a free port and waits until it listens.
+     */
+    static JnbdServer memserver(Path workDir, String... args) throws IOException, InterruptedException {
+        return startOnFreePort(workDir, "memserver", MEMSERVER_BANNER, args);
+    }
+
+    /**
+     * As {@link #memserver(Path, String...)}, on a given port: a memory server restarted at the address of one
+     * that died. Its output is appended to the same {@code server.log} when workDir is the same.
+     */
+    static JnbdServer memserverOn(Path workDir, int port, String... args) throws IOException, InterruptedException {
+        List<String> command = new ArrayList<>(List.of(Interop.jnbd().toString(), "memserver",
+            "--listen", "127.0.0.1:" + port));
+        command.addAll(List.of(args));
+        return start(workDir, port, command, MEMSERVER_BANNER);
+    }
+
+    /** Starts {@code bin/jnbd SUBCOMMAND --listen 127.0.0.1:PORT ARGS...}; waits for the banner unless it is null. */
+    private static JnbdServer startOnFreePort(Path workDir, String subcommand, String banner, String... args)
             throws IOException, InterruptedException {
         IOException last = null;
         for (int attempt = 0; attempt < 3; attempt++) {
             int port = Interop.freePort();
-            List<String> command = new ArrayList<>(List.of(Interop.jnbd().toString(), "serve",
+            List<String> command = new ArrayList<>(List.of(Interop.jnbd().toString(), subcommand,
                 "--listen", "127.0.0.1:" + port));
             command.addAll(List.of(args));
             try {
-                return start(workDir, port, command, waitForBanner);
+                return start(workDir, port, command, banner);
             } catch (PortTakenException e) {
                 last = e; // someone took the free port between our probe and the bind: try another
             }
@@ -63,13 +89,14 @@ final class JnbdServer implements AutoCloseable {
 
     /** Starts exactly this command line (no --listen added) and waits until {@code port} accepts. */
     static JnbdServer start(Path workDir, int port, List<String> command) throws IOException, InterruptedException {
-        return start(workDir, port, command, true);
+        return start(workDir, port, command, SERVE_BANNER);
     }
 
-    private static JnbdServer start(Path workDir, int port, List<String> command, boolean waitForBanner)
+    private static JnbdServer start(Path workDir, int port, List<String> command, String banner)
             throws IOException, InterruptedException {
         Files.createDirectories(workDir);
         Path log = workDir.resolve("server.log");
+        int logStart = Files.exists(log) ? Files.readString(log).length() : 0;
         ProcessBuilder builder = new ProcessBuilder(command)
             .directory(workDir.toFile())
             .redirectErrorStream(true)
@@ -81,7 +108,7 @@ final class JnbdServer implements AutoCloseable {
         long deadline = System.nanoTime() + START_TIMEOUT.toNanos();
         while (!Interop.accepts(port)) {
             if (!process.isAlive()) {
-                String output = server.log();
+                String output = server.log().substring(logStart);
                 if (output.toLowerCase().contains("in use")) throw new PortTakenException(output);
                 fail("%s exited with %d before listening on port %d:%n%s",
                     String.join(" ", command), process.exitValue(), port, output);
@@ -91,10 +118,12 @@ final class JnbdServer implements AutoCloseable {
                 fail("%s did not listen on port %d within %s:%n%s", String.join(" ", command), port,
                     START_TIMEOUT, server.log());
             }
-            Thread.sleep(waitForBanner ? 100 : 10);
+            Thread.sleep(banner != null ? 100 : 10);
         }
         // The banner is printed once every listener is up; the port may accept a moment before it is written.
-        while (waitForBanner && !server.log().contains("Connect with") && process.isAlive() && System.nanoTime() < deadline) {
+        // A restarted server appends to the log of the one before: only what this process wrote counts.
+        while (banner != null && !server.log().substring(logStart).contains(banner) && process.isAlive()
+            && System.nanoTime() < deadline) {
             Thread.sleep(50);
         }
         return server;
@@ -128,6 +157,7 @@ final class JnbdServer implements AutoCloseable {
     /** Sends SIGTERM and waits for the exit; returns the exit status (-1 if it had to be killed). */
     int stop() throws InterruptedException {
         if (!process.isAlive()) return process.exitValue();
+        if (suspended) resume(); // a stopped process would hold SIGTERM until the timeout
         process.destroy();
         if (process.waitFor(30, TimeUnit.SECONDS)) return process.exitValue();
         kill();
@@ -152,6 +182,29 @@ final class JnbdServer implements AutoCloseable {
         return process.waitFor(timeout.toMillis(), TimeUnit.MILLISECONDS)
             ? OptionalInt.of(process.exitValue())
             : OptionalInt.empty();
+    }
+
+    /**
+     * SIGSTOP to the server's pid: it hangs, with its sockets open, as a server that stopped answering.
+     * {@link #resume()} (SIGCONT) undoes it; {@link #kill()} ends it stopped or not.
+     */
+    void suspend() {
+        suspended = true;
+        signal("STOP");
+    }
+
+    /** SIGCONT: a server stopped by {@link #suspend()} runs again. */
+    void resume() {
+        if (process.isAlive()) signal("CONT");
+        suspended = false;
+    }
+
+    boolean suspended() {
+        return suspended;
+    }
+
+    private void signal(String name) {
+        Interop.run(Duration.ofSeconds(10), workDir, "kill", "-" + name, Long.toString(process.pid())).assertSuccess();
     }
 
     void kill() throws InterruptedException {

@@ -26,6 +26,8 @@ final class RawNbdClient implements AutoCloseable {
     static final int OPT_GO = 7;
     static final int REP_ACK = 1;
     static final int REP_INFO = 3;
+    static final int REP_ERR_POLICY = 0x80000002;
+    static final int REP_ERR_UNKNOWN = 0x80000006;
     static final int INFO_EXPORT = 0;
     static final int FLAG_CAN_MULTI_CONN = 1 << 8;
     static final short CMD_READ = 0;
@@ -62,11 +64,25 @@ final class RawNbdClient implements AutoCloseable {
     }
 
     private void handshake(String export) throws IOException {
+        greet();
+        go(export);
+    }
+
+    /** Reads the server's greeting and answers with our client flags: option haggling may begin. */
+    void greet() throws IOException {
         expect(in.readLong() == NBDMAGIC, "NBDMAGIC");
         expect(in.readLong() == IHAVEOPT, "IHAVEOPT");
         int serverFlags = in.readUnsignedShort();
         expect((serverFlags & FLAG_FIXED_NEWSTYLE) != 0, "fixed newstyle");
         out.writeInt(FLAG_FIXED_NEWSTYLE | (serverFlags & FLAG_NO_ZEROES));
+        out.flush();
+    }
+
+    /**
+     * NBD_OPT_GO on the named export: on success the connection is in the transmission phase; a refusal is
+     * thrown as {@link Refused}, and the connection stays in option haggling, ready for another option.
+     */
+    void go(String export) throws IOException {
         byte[] name = export.getBytes(StandardCharsets.UTF_8);
         out.writeLong(IHAVEOPT);
         out.writeInt(OPT_GO);
@@ -83,12 +99,23 @@ final class RawNbdClient implements AutoCloseable {
             byte[] data = new byte[length];
             in.readFully(data);
             if (type == REP_ACK) break;
-            if (type < 0) throw new IOException("NBD_OPT_GO refused: reply type 0x" + Integer.toHexString(type)
-                + " " + new String(data, StandardCharsets.UTF_8));
+            if (type < 0) throw new Refused(type, new String(data, StandardCharsets.UTF_8));
             if (type == REP_INFO && length >= 12 && ((data[0] << 8) | (data[1] & 0xff)) == INFO_EXPORT) {
                 exportSize = java.nio.ByteBuffer.wrap(data, 2, 8).getLong();
                 transmissionFlags = java.nio.ByteBuffer.wrap(data, 10, 2).getShort() & 0xffff;
             }
+        }
+    }
+
+    /** The server's error reply to NBD_OPT_GO: its type (NBD_REP_ERR_*) and the message it sent. */
+    static final class Refused extends IOException {
+        final int type;
+        final String text;
+
+        Refused(int type, String text) {
+            super("NBD_OPT_GO refused: reply type 0x" + Integer.toHexString(type) + " " + text);
+            this.type = type;
+            this.text = text;
         }
     }
 
@@ -147,6 +174,20 @@ final class RawNbdClient implements AutoCloseable {
 
     private static void expect(boolean condition, String what) throws IOException {
         if (!condition) throw new IOException("protocol violation by the server: expected " + what);
+    }
+
+    /** How long a read may wait for the server before it fails with SocketTimeoutException (30 s unless set). */
+    void readTimeout(java.time.Duration timeout) throws IOException {
+        socket.setSoTimeout((int) timeout.toMillis());
+    }
+
+    /** Sends NBD_CMD_DISC and closes: the polite way out of the transmission phase. */
+    void disconnect() throws IOException {
+        try {
+            send(CMD_DISC, 0, 0, 0, null);
+        } finally {
+            close();
+        }
     }
 
     @Override
