@@ -129,7 +129,8 @@ final class PoolCluster implements AutoCloseable {
 
     record ServerView(String address, String state, String incarnation, long extents, String lastError) {}
 
-    record PoolView(String json, long placed, long belowReplicas, long lost, List<ServerView> servers) {
+    /** {@code restored}: extents recovery has given a new copy since the pool started. */
+    record PoolView(String json, long placed, long belowReplicas, long lost, long restored, List<ServerView> servers) {
         ServerView server(String address) {
             return servers.stream().filter(s -> s.address().equals(address)).findFirst()
                 .orElseThrow(() -> new AssertionError("no server " + address + " in the pool status: " + json));
@@ -150,7 +151,10 @@ final class PoolCluster implements AutoCloseable {
             servers.add(new ServerView((String) s.get("address"), (String) s.get("state"), (String) s.get("incarnation"),
                 ((Number) s.get("extents")).longValue(), (String) s.get("last_error")));
         }
-        return new PoolView(json, number(m, "placed"), number(m, "below_replicas"), number(m, "lost"), servers);
+        @SuppressWarnings("unchecked")
+        Map<String, Object> recovery = (Map<String, Object>) m.get("recovery");
+        return new PoolView(json, number(m, "placed"), number(m, "below_replicas"), number(m, "lost"),
+            number(recovery, "extents_restored"), servers);
     }
 
     /** Polls swap/status until the condition holds; fails after {@code bound}, with the last status and the logs. */

@@ -90,13 +90,20 @@ class PoolFioInteropTest {
         }
         // Back from the hang, in the same incarnation: the pool takes it again and gives back what its copies
         // there held, since none of them is a replica any more.
-        cluster.awaitPool(RECOVERY, address + " up again after SIGCONT", v -> v.server(address).state().equals("up"));
-        PoolCluster.PoolView after = cluster.poolStatus();
-        assertThat(after.belowReplicas()).as(after.json()).isZero();
-        assertThat(after.lost()).as(after.json()).isZero();
-        cluster.awaitMem(victim, RECOVERY,
-            "nothing stored for the pool client beyond the extents it holds there now (" + after.server(address).extents() + ")",
-            m -> m.bytes() == after.server(address).extents() * PoolCluster.EXTENT);
+        cluster.awaitPool(RECOVERY, address + " up again after SIGCONT, every extent at 2 copies",
+            v -> v.server(address).state().equals("up") && v.belowReplicas() == 0 && v.lost() == 0
+                && v.copiesUp() == 2 * v.placed());
+        long deadline = System.nanoTime() + RECOVERY.toNanos();
+        while (true) {
+            long held = cluster.poolStatus().server(address).extents();
+            PoolCluster.MemView m = cluster.memStatus(victim);
+            if (m.bytes() == held * PoolCluster.EXTENT) break;
+            if (System.nanoTime() > deadline) {
+                fail("%s stores %d bytes of the pool client's, but holds %d of its extents (%d bytes) for the pool:%n%s%n%s",
+                    address, m.bytes(), held, held * PoolCluster.EXTENT, m.json(), cluster.logs());
+            }
+            Thread.sleep(100);
+        }
     }
 
     private void startFio() throws Exception {

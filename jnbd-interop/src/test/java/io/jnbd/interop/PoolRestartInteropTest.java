@@ -52,7 +52,7 @@ class PoolRestartInteropTest {
 
         // B dies; once its copies are restored on A and C, it comes back at the same address, empty.
         cluster.kill9(B);
-        cluster.awaitPool(RECOVERY, "B down and every extent back at 2 copies, on A and C",
+        PoolCluster.PoolView recovered = cluster.awaitPool(RECOVERY, "B down and every extent back at 2 copies, on A and C",
             v -> v.server(b).state().equals("down") && v.belowReplicas() == 0 && v.lost() == 0 && v.copiesUp() == 2 * EXTENTS);
         cluster.restart(B);
         PoolCluster.MemView fresh = cluster.memStatus(B);
@@ -62,9 +62,12 @@ class PoolRestartInteropTest {
         s = cluster.awaitPool(RECOVERY, "the new B up",
             v -> v.server(b).state().equals("up") && !oldIncarnation.equals(v.server(b).incarnation()));
         assertThat(s.server(b).incarnation()).as(s.json()).isEqualTo(fresh.incarnation());
-        assertThat(s.server(b).extents()).as("extents on the new B (nothing needed a copy): %s", s.json()).isZero();
-        assertThat(s.belowReplicas()).as(s.json()).isZero();
-        assertThat(s.lost()).as(s.json()).isZero();
+        // Nothing needed a copy when it came back, so it holds none; only a copy recovery made since (after a
+        // server wrongly taken as lost on a loaded machine, say) may be there. An old replica of B's must not.
+        assertThat(s.server(b).extents()).as("extents on the new B, at most those recovery restored since it came: %s",
+            s.json()).isLessThanOrEqualTo(s.restored() - recovered.restored());
+        s = cluster.awaitPool(RECOVERY, "every extent at 2 copies with the new B up",
+            v -> v.belowReplicas() == 0 && v.lost() == 0 && v.copiesUp() == 2 * EXTENTS);
         cluster.verify(7, 0, WRITTEN, "read back after B's restart");
 
         // C dies: the copies it held can only go to the new B.
