@@ -217,10 +217,15 @@ final class MemServerLink {
         log.info("memory server {}: back in the same incarnation; freed {} extents of the last session", name, orphans.size());
     }
 
+    /**
+     * Reads the server's status. A data request that outlives the server timeout ends the session; the status
+     * read, which only stands in for requests while the pool is idle, gets twice as long: on a busy machine a
+     * single slow poll of a live server would otherwise cost a needless recovery of everything it holds.
+     */
     private void poll(Session s) {
         ByteBuffer buf = ByteBuffer.allocate((int) Math.min(s.status().size(), 64 * 1024));
         try {
-            s.status().read(0, buf).get(timeout.toMillis(), TimeUnit.MILLISECONDS);
+            s.status().read(0, buf).get(2 * timeout.toMillis(), TimeUnit.MILLISECONDS);
             MemServerStatus st = MemServerStatus.parse(buf.array());
             if (Long.parseUnsignedLong(st.incarnation(), 16) != s.incarnation()) {
                 fail(s, "the status is of another incarnation");
@@ -228,7 +233,7 @@ final class MemServerLink {
             }
             free = st.free();
         } catch (Exception e) {
-            fail(s, "no status within " + timeout.toMillis() + " ms: " + rootMessage(e));
+            fail(s, "no status within " + 2 * timeout.toMillis() + " ms: " + rootMessage(e));
         }
     }
 

@@ -16,6 +16,7 @@ import java.util.Map;
 public record PoolStatus(long size, int replicas, int extentSize, int client, int unit, List<Server> servers,
                          int extents, int placed, int belowReplicas, int lost, Recovery recovery) {
 
+    /** {@code free}: what the server last said it can take, -1 while it is down or has not said. */
     public record Server(String address, String state, String incarnation, long free, int extents, int inFlight,
                          String lastError) {}
 
@@ -40,7 +41,7 @@ public record PoolStatus(long size, int replicas, int extentSize, int client, in
         for (MemServerLink l : v.links()) {
             MemServerLink.Session s = l.session();
             servers.add(new Server(l.name(), s == null ? "down" : "up", s == null ? null : Long.toHexString(s.incarnation()),
-                l.free(), held.getOrDefault(l, 0), l.inFlight(), s == null ? l.lastError() : null));
+                s == null ? -1 : l.free(), held.getOrDefault(l, 0), l.inFlight(), s == null ? l.lastError() : null));
         }
         PoolConfig c = v.config();
         return new PoolStatus(c.size(), wanted, c.extentSize(), v.space().client(), c.unit(), servers, v.extentCount(),

@@ -274,23 +274,22 @@ final class Recovery implements AutoCloseable {
     /** A token bucket over bytes per second; 0 is no limit. Waits on the caller's (virtual) thread. */
     static final class RateLimiter {
         private final long rate;
+        private final java.util.function.LongSupplier clock;
         private double tokens;
-        private long last = System.nanoTime();
+        private long last;
 
         RateLimiter(long bytesPerSecond) {
+            this(bytesPerSecond, System::nanoTime);
+        }
+
+        RateLimiter(long bytesPerSecond, java.util.function.LongSupplier nanoClock) {
             this.rate = bytesPerSecond;
+            this.clock = nanoClock;
+            this.last = nanoClock.getAsLong();
         }
 
         void acquire(long bytes) {
-            if (rate <= 0) return;
-            long waitNanos;
-            synchronized (this) {
-                long now = System.nanoTime();
-                tokens = Math.min(rate / 10.0, tokens + (now - last) * rate / 1e9); // at most 100 ms of burst
-                last = now;
-                tokens -= bytes;
-                waitNanos = tokens < 0 ? (long) (-tokens * 1e9 / rate) : 0;
-            }
+            long waitNanos = reserve(bytes);
             if (waitNanos > 0) {
                 try {
                     TimeUnit.NANOSECONDS.sleep(waitNanos);
@@ -298,6 +297,17 @@ final class Recovery implements AutoCloseable {
                     Thread.currentThread().interrupt();
                 }
             }
+        }
+
+        /** Takes {@code bytes} from the bucket; returns how long the caller must wait before it sends them. */
+        synchronized long reserve(long bytes) {
+            if (rate <= 0) return 0;
+            long now = clock.getAsLong();
+            // In floating point: idle nanoseconds times bytes per second overflows a long after 17 s at 512 MiB/s.
+            tokens = Math.min(rate / 10.0, tokens + (now - last) / 1e9 * rate); // at most 100 ms of burst
+            last = now;
+            tokens -= bytes;
+            return tokens < 0 ? (long) (-tokens * 1e9 / rate) : 0;
         }
     }
 }

@@ -17,15 +17,22 @@ public record SpaceName(int client, int unit, long instance) {
         if (unit < 0 || unit > 0xFFFF) throw new IllegalArgumentException("unit must be 0 to 65535, not " + unit);
     }
 
+    /**
+     * Exactly the form {@link #exportName()} writes: decimal ASCII digits without sign or leading zero, and 16
+     * lower-case hex digits. Anything else, {@code +7} or {@code 07} or another script's digits included, is no
+     * space (one space must have one name, or two clients could share it under two spellings).
+     */
+    private static final java.util.regex.Pattern FORM =
+        java.util.regex.Pattern.compile("pool/([1-9][0-9]{0,4})/(0|[1-9][0-9]{0,4})/([0-9a-f]{16})");
+
     /** The name, or null when {@code name} is not a well-formed space name. */
     public static SpaceName parse(String name) {
-        if (!name.startsWith(PREFIX)) return null;
-        String[] p = name.substring(PREFIX.length()).split("/", -1);
-        if (p.length != 3 || p[2].length() != 16) return null;
+        var m = FORM.matcher(name);
+        if (!m.matches()) return null;
         try {
-            return new SpaceName(Integer.parseInt(p[0]), Integer.parseInt(p[1]), HexFormat.fromHexDigitsToLong(p[2]));
+            return new SpaceName(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)), HexFormat.fromHexDigitsToLong(m.group(3)));
         } catch (IllegalArgumentException e) {
-            return null;
+            return null; // a client or unit above 65535
         }
     }
 
