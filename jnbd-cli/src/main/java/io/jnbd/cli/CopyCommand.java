@@ -185,10 +185,18 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
 
     private static boolean allZero(ByteBuffer buf) {
         MemorySegment s = MemorySegment.ofBuffer(buf);
-        return s.mismatch(ZEROES.asSlice(0, s.byteSize())) == -1;
+        for (long at = 0; at < s.byteSize(); at += ZEROES.byteSize()) {
+            long n = Math.min(ZEROES.byteSize(), s.byteSize() - at);
+            if (s.asSlice(at, n).mismatch(ZEROES.asSlice(0, n)) != -1) return false;
+        }
+        return true;
     }
 
-    private static final MemorySegment ZEROES = MemorySegment.ofArray(new byte[64 << 20]);
+    /**
+     * What a buffer is compared with, piece by piece. Small and off-heap: picocli loads every subcommand's class
+     * to build the command line, so a static here is paid by every jnbd process, the servers included.
+     */
+    private static final MemorySegment ZEROES = java.lang.foreign.Arena.global().allocate(64 << 10);
 
     static Throwable unwrap(Throwable e) {
         while ((e instanceof java.util.concurrent.CompletionException || e instanceof java.util.concurrent.ExecutionException)
