@@ -77,55 +77,93 @@ final class ReadCache {
         return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
     }
 
-    /** Futures for pages {@code first..last}: cached, already loading, or fetched now in runs of missing pages. */
-    private synchronized List<CompletableFuture<ByteBuffer>> pages(long first, long last) {
+    /**
+     * Futures for pages {@code first..last}: cached, already loading, or fetched now in runs of missing pages.
+     * The fetches are submitted after the lock is let go: their completions take the lock on the connection's
+     * reader thread, and a submission may have to wait for that very thread to free a request slot.
+     */
+    private List<CompletableFuture<ByteBuffer>> pages(long first, long last) {
         List<CompletableFuture<ByteBuffer>> out = new ArrayList<>((int) (last - first + 1));
-        long page = first;
-        while (page <= last) {
-            ByteBuffer cached = pages.get(page);
-            if (cached != null) {
-                out.add(CompletableFuture.completedFuture(cached));
-                page++;
-                continue;
+        List<Run> runs = new ArrayList<>(1);
+        synchronized (this) {
+            long page = first;
+            while (page <= last) {
+                ByteBuffer cached = pages.get(page);
+                if (cached != null) {
+                    out.add(CompletableFuture.completedFuture(cached));
+                    page++;
+                    continue;
+                }
+                CompletableFuture<ByteBuffer> pending = loading.get(page);
+                if (pending != null) {
+                    out.add(pending);
+                    page++;
+                    continue;
+                }
+                long runEnd = page + 1;
+                while (runEnd <= last && runEnd - page < maxPages && !pages.containsKey(runEnd) && !loading.containsKey(runEnd)) {
+                    runEnd++;
+                }
+                Run run = new Run(page, runEnd, epoch);
+                for (int i = 0; i < run.pageFutures.size(); i++) loading.put(page + i, run.pageFutures.get(i));
+                out.addAll(run.pageFutures);
+                runs.add(run);
+                page = runEnd;
             }
-            CompletableFuture<ByteBuffer> pending = loading.get(page);
-            if (pending != null) {
-                out.add(pending);
-                page++;
-                continue;
-            }
-            long runEnd = page + 1;
-            while (runEnd <= last && runEnd - page < maxPages && !pages.containsKey(runEnd) && !loading.containsKey(runEnd)) {
-                runEnd++;
-            }
-            out.addAll(fetch(page, runEnd));
-            page = runEnd;
         }
+        for (Run run : runs) run.fetch();
         return out;
     }
 
-    private List<CompletableFuture<ByteBuffer>> fetch(long firstPage, long endPage) {
-        long start = firstPage * pageSize;
-        int n = (int) Math.min((endPage - firstPage) * pageSize, client.size() - start);
-        ByteBuffer run = ByteBuffer.allocateDirect(n);
-        long startEpoch = epoch;
-        CompletableFuture<ByteBuffer> whole = client.readUncached(start, run).thenApply(v -> run.asReadOnlyBuffer());
-        List<CompletableFuture<ByteBuffer>> out = new ArrayList<>();
-        for (long page = firstPage; page < endPage; page++) {
-            int at = (int) ((page - firstPage) * pageSize);
-            int len = Math.min(pageSize, n - at);
-            long key = page;
-            CompletableFuture<ByteBuffer> f = whole.thenApply(b -> b.slice(at, len));
-            loading.put(key, f);
-            f.whenComplete((b, e) -> {
-                synchronized (this) {
-                    loading.remove(key, f);
-                    if (e == null && epoch == startEpoch) pages.put(key, b);
-                }
-            });
-            out.add(f);
+    /** One read request covering consecutive missing pages, and the futures its pages are handed out as. */
+    private final class Run {
+        final long firstPage;
+        final long start;
+        final int length;
+        /** The invalidation epoch when the run was planned: a change since then makes its data stale. */
+        final long startEpoch;
+        final List<CompletableFuture<ByteBuffer>> pageFutures = new ArrayList<>();
+
+        Run(long firstPage, long endPage, long startEpoch) {
+            this.firstPage = firstPage;
+            this.start = firstPage * pageSize;
+            this.length = (int) Math.min((endPage - firstPage) * pageSize, client.size() - start);
+            this.startEpoch = startEpoch;
+            for (long p = firstPage; p < endPage; p++) pageFutures.add(new CompletableFuture<>());
         }
-        return out;
+
+        void fetch() {
+            ByteBuffer buf = ByteBuffer.allocateDirect(length);
+            CompletableFuture<Void> read;
+            try {
+                read = client.readUncached(start, buf.duplicate());
+            } catch (RuntimeException e) {
+                read = CompletableFuture.failedFuture(e);
+            }
+            read.whenComplete((v, e) -> done(e == null ? buf.asReadOnlyBuffer() : null, e));
+        }
+
+        private void done(ByteBuffer data, Throwable error) {
+            List<ByteBuffer> slices = new ArrayList<>(pageFutures.size());
+            synchronized (ReadCache.this) {
+                for (int i = 0; i < pageFutures.size(); i++) {
+                    long key = firstPage + i;
+                    ByteBuffer slice = null;
+                    if (data != null) {
+                        int at = i * pageSize;
+                        slice = data.slice(at, Math.min(pageSize, length - at));
+                        if (epoch == startEpoch) pages.put(key, slice);
+                    }
+                    loading.remove(key, pageFutures.get(i));
+                    slices.add(slice);
+                }
+            }
+            // Readers' own callbacks run here: outside the lock, so that they may use the cache again.
+            for (int i = 0; i < pageFutures.size(); i++) {
+                if (error != null) pageFutures.get(i).completeExceptionally(error);
+                else pageFutures.get(i).complete(slices.get(i));
+            }
+        }
     }
 
     synchronized void invalidate(long offset, long length) {

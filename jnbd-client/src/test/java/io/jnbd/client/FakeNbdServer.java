@@ -52,7 +52,14 @@ final class FakeNbdServer implements AutoCloseable {
         /** After the handshake, requests are never even read. */
         STALL,
         /** An old server: GO is unsupported, only EXPORT_NAME works; no structured replies. */
-        NO_GO
+        NO_GO,
+        /** After the handshake, requests are not read until {@link #openGate()}; then as REVERSE. */
+        GATED,
+        /**
+         * Each read is answered with one OFFSET_DATA chunk, of which the first half is sent at once and the rest
+         * only after {@link #openGate()}: the client's reader is left in the middle of placing data.
+         */
+        SPLIT_CHUNK
     }
 
     static final int CHUNK = 4096;
@@ -66,6 +73,11 @@ final class FakeNbdServer implements AutoCloseable {
     private volatile SocketChannel current;
     /** READ requests received, for tests of the client's cache. */
     final java.util.concurrent.atomic.AtomicInteger reads = new java.util.concurrent.atomic.AtomicInteger();
+    /** Every request received, in the order it arrived. */
+    final List<Request> received = java.util.Collections.synchronizedList(new ArrayList<>());
+    private final java.util.concurrent.CountDownLatch gate = new java.util.concurrent.CountDownLatch(1);
+    /** Set when SPLIT_CHUNK has sent the first half of a chunk and waits at the gate. */
+    final java.util.concurrent.CountDownLatch halfSent = new java.util.concurrent.CountDownLatch(1);
 
     FakeNbdServer(byte[] disk, Mode mode) throws IOException {
         this.disk = disk;
@@ -88,6 +100,22 @@ final class FakeNbdServer implements AutoCloseable {
 
     void mode(Mode mode) {
         this.mode = mode;
+    }
+
+    /** Lets GATED and SPLIT_CHUNK go on; they never stop again. */
+    void openGate() {
+        gate.countDown();
+    }
+
+    private void awaitGate(SocketChannel ch) throws IOException {
+        try {
+            while (!gate.await(20, java.util.concurrent.TimeUnit.MILLISECONDS)) {
+                if (!ch.isOpen() || !listener.isOpen()) throw new EOFException("closed while gated");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new EOFException("interrupted while gated");
+        }
     }
 
     /** A deterministic pattern with zeroed stretches, so that both data and hole chunks occur. */
@@ -166,6 +194,7 @@ final class FakeNbdServer implements AutoCloseable {
             }
             return;
         }
+        if (mode == Mode.GATED) awaitGate(ch);
         while (true) {
             Request r;
             try {
@@ -173,6 +202,7 @@ final class FakeNbdServer implements AutoCloseable {
             } catch (io.jnbd.protocol.ProtocolException e) {
                 return;
             }
+            received.add(r);
             switch (r.type()) {
                 case Nbd.CMD_DISC -> { return; }
                 case Nbd.CMD_READ -> {
@@ -223,6 +253,17 @@ final class FakeNbdServer implements AutoCloseable {
             }
             case CHUNK_OUTSIDE -> {
                 sendData(ch, cookie, r.offset() - 1, (int) r.length(), Nbd.REPLY_FLAG_DONE);
+                return true;
+            }
+            case SPLIT_CHUNK -> {
+                int n = (int) r.length();
+                ByteBuffer b = ByteBuffer.allocate(Chunks.OFFSET_DATA_PREFIX + n);
+                Chunks.offsetDataPrefix(b, Nbd.REPLY_FLAG_DONE, cookie, r.offset(), n);
+                b.put(disk, (int) r.offset(), n).flip();
+                write(ch, b.slice(0, Chunks.OFFSET_DATA_PREFIX + n / 2));
+                halfSent.countDown();
+                awaitGate(ch);
+                write(ch, b.position(Chunks.OFFSET_DATA_PREFIX + n / 2));
                 return true;
             }
             default -> { }
