@@ -1,6 +1,5 @@
 package io.jnbd.client;
 
-import io.jnbd.protocol.BlockStatusDescriptor;
 import io.jnbd.protocol.Chunks;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.ProtocolException;
@@ -12,10 +11,7 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Map;
-import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledExecutorService;
@@ -86,7 +82,7 @@ final class Connection {
      * which are left unchanged) or the payload of a WRITE; null otherwise.
      */
     CompletableFuture<Object> submit(int type, int flags, long offset, long length, ByteBuffer data) {
-        Pending p = new Pending(type, flags, offset, length, data);
+        Pending p = new Pending(type, flags, offset, length, data, nextCookie.getAndIncrement());
         NbdException dead = failure;
         if (dead != null) {
             p.future.completeExceptionally(dead);
@@ -158,9 +154,21 @@ final class Connection {
                 + e.getMessage() + ")", e));
             return;
         }
-        // The reply may still come; the entry stays so the reader can drain it, but the caller is released now.
-        p.abandoned = true;
-        p.future.completeExceptionally(e);
+        // The reply may still come: the entry stays so that the reader can drain it, but the caller is
+        // released now, or as soon as the reader has finished placing the chunk it is in the middle of.
+        switch (p.settle(e)) {
+            case NOW -> deliver(p, e);
+            case HELD -> p.timeout = timer.schedule(() -> stalledMidReply(p), requestTimeoutNanos, TimeUnit.NANOSECONDS);
+            case ALREADY -> { }
+        }
+    }
+
+    /** A reply that stops in the middle of its data would hold the caller past its timeout for ever. */
+    private void stalledMidReply(Pending p) {
+        if (p.heldSettled()) {
+            fail(new NbdConnectionException("connection to " + peer + " closed: the reply to " + p.describe()
+                + " stalled in the middle of its data", null));
+        }
     }
 
     /** Sends DISC after the requests in flight have been answered (or {@code graceMillis} passed), then closes. */
@@ -168,7 +176,7 @@ final class Connection {
         long until = System.currentTimeMillis() + graceMillis;
         // Requests already timed out are not waited for: their caller has been told, the server may be stuck.
         while (failure == null && System.currentTimeMillis() < until
-               && inFlight.values().stream().anyMatch(p -> !p.abandoned)) {
+               && inFlight.values().stream().anyMatch(p -> !p.settled())) {
             try {
                 Thread.sleep(5);
             } catch (InterruptedException e) {
@@ -208,18 +216,25 @@ final class Connection {
         } catch (IOException ignored) {
             // Nothing more to do with a broken channel.
         }
+        // A request whose data the reader is placing gets the failure from the reader, once its read has
+        // failed on the closed channel.
         for (Pending p : inFlight.values()) finish(p, cause);
     }
 
-    /** Removes the request and releases its slot exactly once, then completes its future. */
-    private void finish(Pending p, Throwable error) {
+    /** Removes the request and releases its slot exactly once, then delivers the outcome unless one was already. */
+    private void finish(Pending p, Object outcome) {
         if (inFlight.remove(p.cookie) == null) return;
         if (p.holdsSlot) window.release();
-        if (p.timeout != null) p.timeout.cancel(false);
-        if (error != null) {
-            p.future.completeExceptionally(error);
+        ScheduledFuture<?> t = p.timeout;
+        if (t != null) t.cancel(false);
+        if (p.settle(outcome) == Pending.Settled.NOW) deliver(p, outcome);
+    }
+
+    private static void deliver(Pending p, Object outcome) {
+        if (outcome instanceof Throwable t) {
+            p.future.completeExceptionally(t);
         } else {
-            p.future.complete(p.result());
+            p.future.complete(outcome);
         }
     }
 
@@ -305,7 +320,10 @@ final class Connection {
                 long holeLength = Integer.toUnsignedLong(b.getInt());
                 if (holeLength == 0) throw new ProtocolException("OFFSET_HOLE of length 0 for " + p.describe());
                 long at = p.placeChunk(offset, holeLength);
-                if (!p.abandoned) zeroFill(p.data, p.data.position() + (int) at, (int) holeLength);
+                if (p.claim()) {
+                    zeroFill(p.data, p.data.position() + (int) at, (int) holeLength);
+                    letGo(p);
+                }
             }
             case Nbd.REPLY_TYPE_BLOCK_STATUS -> {
                 if (p.type != Nbd.CMD_BLOCK_STATUS) throw new ProtocolException("BLOCK_STATUS chunk for " + p.describe());
@@ -337,10 +355,7 @@ final class Connection {
                 }
             }
         }
-        if (h.done()) {
-            Throwable outcome = p.outcome();
-            finish(p, outcome);
-        }
+        if (h.done()) finish(p, p.outcome());
     }
 
     private ByteBuffer readPayload(int n) throws IOException {
@@ -349,9 +364,9 @@ final class Connection {
         return scratch.flip();
     }
 
-    /** Reads {@code n} bytes of block data into the request's buffer at {@code at}, or discards them if abandoned. */
+    /** Reads {@code n} bytes of block data into the request's buffer at {@code at}, or discards them if settled. */
     private void receiveInto(Pending p, long at, int n) throws IOException {
-        if (p.abandoned) {
+        if (!p.claim()) {
             int left = n;
             while (left > 0) {
                 scratch.clear().limit(Math.min(left, scratch.capacity()));
@@ -360,8 +375,18 @@ final class Connection {
             }
             return;
         }
-        int start = p.data.position() + (int) at;
-        readFully(p.data.slice(start, n));
+        try {
+            int start = p.data.position() + (int) at;
+            readFully(p.data.slice(start, n));
+        } finally {
+            letGo(p);
+        }
+    }
+
+    /** Ends a claim, delivering the outcome that was decided while the reader held the buffer. */
+    private static void letGo(Pending p) {
+        Object outcome = p.release();
+        if (outcome != Pending.OPEN) deliver(p, outcome);
     }
 
     private static void zeroFill(ByteBuffer buf, int from, int n) {
@@ -371,104 +396,6 @@ final class Connection {
     private void readFully(ByteBuffer buf) throws IOException {
         while (buf.hasRemaining()) {
             if (channel.read(buf) < 0) throw new EOFException();
-        }
-    }
-
-    /** One request in flight. Fields other than the future are touched only by the submitter then the reader. */
-    private final class Pending {
-        final int type;
-        final int flags;
-        final long offset;
-        final long length;
-        final ByteBuffer data;
-        final long cookie = nextCookie.getAndIncrement();
-        final CompletableFuture<Object> future = new CompletableFuture<>();
-        volatile boolean abandoned;
-        /** The whole request (and payload) is in the socket. */
-        volatile boolean sent;
-        boolean holdsSlot = true;
-        volatile ScheduledFuture<?> timeout;
-        /** Parts of a read covered by content or error chunks so far: start to end, relative to the request. */
-        private TreeMap<Long, Long> covered;
-        private long coveredBytes;
-        private int error;
-        private String errorMessage;
-        private List<Extent> extents;
-
-        Pending(int type, int flags, long offset, long length, ByteBuffer data) {
-            this.type = type;
-            this.flags = flags;
-            this.offset = offset;
-            this.length = length;
-            this.data = data;
-        }
-
-        String describe() {
-            return new Request(flags, type, cookie, offset, length).toString();
-        }
-
-        NbdErrorException serverError(int error, String message) {
-            return new NbdErrorException(error, describe(), message);
-        }
-
-        /** Checks a content chunk against the request and earlier chunks; returns its position in the buffer. */
-        long placeChunk(long chunkOffset, long chunkLength) throws ProtocolException {
-            long rel = chunkOffset - offset;
-            if (Long.compareUnsigned(chunkOffset, offset) < 0 || Long.compareUnsigned(rel, length) > 0
-                || chunkLength > length - rel) {
-                throw new ProtocolException("chunk [" + Long.toUnsignedString(chunkOffset) + ", +" + chunkLength
-                    + ") lies outside " + describe());
-            }
-            cover(rel, chunkLength);
-            return rel;
-        }
-
-        void cover(long rel, long n) throws ProtocolException {
-            if (covered == null) covered = new TreeMap<>();
-            var below = covered.floorEntry(rel);
-            var above = covered.ceilingEntry(rel);
-            if ((below != null && below.getValue() > rel) || (above != null && above.getKey() < rel + n)) {
-                throw new ProtocolException("chunk at offset " + Long.toUnsignedString(offset + rel)
-                    + " overlaps an earlier chunk of " + describe());
-            }
-            covered.put(rel, rel + n);
-            coveredBytes += n;
-        }
-
-        void recordError(int error, String message) {
-            if (this.error == 0) {
-                this.error = error;
-                this.errorMessage = message;
-            }
-        }
-
-        void addExtents(List<BlockStatusDescriptor> descriptors) {
-            if (extents == null) extents = new ArrayList<>(descriptors.size());
-            long at = offset + extents.stream().mapToLong(Extent::length).sum();
-            long end = offset + length;
-            for (var d : descriptors) {
-                if (at >= end) break;
-                long n = Math.min(d.length(), end - at);
-                extents.add(new Extent(at, n, d.flags()));
-                at += n;
-            }
-        }
-
-        /** How the reply ended: null for success, else the exception to fail the request with. */
-        Throwable outcome() throws ProtocolException {
-            if (error != 0) return serverError(error, errorMessage);
-            if (type == Nbd.CMD_READ && coveredBytes != length) {
-                throw new ProtocolException("reply to " + describe() + " ended after covering " + coveredBytes
-                    + " of " + length + " bytes");
-            }
-            if (type == Nbd.CMD_BLOCK_STATUS && (extents == null || extents.isEmpty())) {
-                throw new ProtocolException("reply to " + describe() + " has no base:allocation extents");
-            }
-            return null;
-        }
-
-        Object result() {
-            return type == Nbd.CMD_BLOCK_STATUS ? List.copyOf(extents) : null;
         }
     }
 }

@@ -412,16 +412,24 @@ public final class NbdClient implements AutoCloseable {
         if (cache != null) cache.invalidate(offset, length);
     }
 
+    /**
+     * Completes when every part has, failing with the first failure. It waits for the parts still running even
+     * after one has failed: until they end, they may still place data into the caller's buffer (or send from
+     * it), and the caller, once told, may reuse it.
+     */
     private static CompletableFuture<Void> all(List<CompletableFuture<Object>> parts) {
         if (parts.size() == 1) return parts.getFirst().thenApply(x -> null);
-        CompletableFuture<Void> all = CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
-        // allOf waits for every part; fail as soon as the first part fails, so callers learn promptly.
+        java.util.concurrent.atomic.AtomicReference<Throwable> first = new java.util.concurrent.atomic.AtomicReference<>();
+        for (var p : parts) p.whenComplete((v, e) -> { if (e != null) first.compareAndSet(null, unwrap(e)); });
         CompletableFuture<Void> result = new CompletableFuture<>();
-        all.whenComplete((v, e) -> {
-            if (e == null) result.complete(null);
-            else result.completeExceptionally(unwrap(e));
+        CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new)).whenComplete((v, e) -> {
+            if (e == null) {
+                result.complete(null);
+            } else {
+                Throwable t = first.get();
+                result.completeExceptionally(t != null ? t : unwrap(e));
+            }
         });
-        for (var p : parts) p.whenComplete((v, e) -> { if (e != null) result.completeExceptionally(unwrap(e)); });
         return result;
     }
 
