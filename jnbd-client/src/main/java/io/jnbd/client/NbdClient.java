@@ -22,9 +22,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
 /**
  * A client for one NBD export: pipelined, asynchronous I/O straight into and out of the caller's buffers.
  *
- * <p>Every operation returns a {@link CompletableFuture} at once; many may be in flight together (up to
- * {@link ClientOptions#requestsInFlight()} per connection, after which callers wait for a slot) and they
- * complete in whatever order the server answers. Reads and writes larger than the server's maximum payload
+ * <p>Every operation returns a {@link CompletableFuture} at once, never waiting for the server: many may be
+ * in flight together (up to {@link ClientOptions#requestsInFlight()} per connection; further ones are queued
+ * and sent in order as slots free up) and they complete in whatever order the server answers. Reads and writes larger than the server's maximum payload
  * are split; offsets and lengths must be multiples of the server's minimum block size. Data of a read is
  * placed by the connection's reader thread directly into the slice of the destination buffer that each
  * reply chunk covers, so use direct buffers to avoid the JDK's own staging copy.
@@ -386,7 +386,7 @@ public final class NbdClient implements AutoCloseable {
         Connection best = connections.getFirst();
         if (connections.size() > 1) {
             for (Connection c : connections) {
-                if (c.alive() && (!best.alive() || c.inFlight() < best.inFlight())) best = c;
+                if (c.alive() && (!best.alive() || c.load() < best.load())) best = c;
             }
         }
         return best;

@@ -16,11 +16,13 @@ import java.util.concurrent.ScheduledFuture;
  * One request on a connection, from submission until its outcome is delivered, and what its reply chunks
  * have said so far.
  *
- * <p>Whether the caller's buffer may still be touched is decided under this object's monitor. The reader
- * thread {@link #claim claims} the request before it places data and {@link #release releases} it after;
- * an outcome decided in between (a timeout, a lost connection) is held back and handed to the reader as it
- * lets go. So the future never completes while a byte may still be on its way into the buffer, and once
- * the outcome is decided no claim succeeds any more.
+ * <p>Whether the caller's buffer may still be touched is decided under this object's monitor. The sender
+ * holds a WRITE's buffer while it copies the payload into the socket; the reader thread {@link #claim claims}
+ * a READ before it places data. Each {@link #release lets go} when done, and an outcome decided in between
+ * (a timeout, a lost connection, a reply that beat the sender) is held back and handed to the holder as it
+ * lets go. So the future never completes while a byte may still move between the buffer and the socket,
+ * and once the outcome is decided nothing takes hold of the buffer again: a request still queued then is
+ * never sent.
  */
 final class Pending {
 
@@ -31,17 +33,23 @@ final class Pending {
     enum Settled {
         /** The outcome is this caller's to deliver now. */
         NOW,
-        /** The reader holds the buffer: it delivers the outcome when it lets go. */
+        /** As NOW, and the request had not been sent: it never will be. */
+        UNSENT,
+        /** The sender or the reader holds the buffer: it delivers the outcome when it lets go. */
         HELD,
         /** Another outcome was decided first; this one is dropped. */
         ALREADY
     }
 
-    private static final int IN_FLIGHT = 0;
-    private static final int PLACING = 1;
-    /** Placing, and the outcome is decided: the reader delivers it when it lets go. */
-    private static final int PLACING_SETTLED = 2;
-    private static final int SETTLED = 3;
+    private static final int QUEUED = 0;
+    /** The sender is copying a WRITE's payload out of the buffer. */
+    private static final int SENDING = 1;
+    private static final int IN_FLIGHT = 2;
+    /** The reader is placing reply data into the buffer. */
+    private static final int PLACING = 3;
+    /** SENDING or PLACING, and the outcome is decided: the holder delivers it when it lets go. */
+    private static final int HELD_SETTLED = 4;
+    private static final int SETTLED = 5;
 
     final int type;
     final int flags;
@@ -53,10 +61,8 @@ final class Pending {
     /** The whole request (and payload) is in the socket. */
     volatile boolean sent;
     volatile ScheduledFuture<?> timeout;
-    /** False when a reader-thread callback submitted it over the full window. */
-    boolean holdsSlot = true;
 
-    private int state = IN_FLIGHT;
+    private int state = QUEUED;
     private Object heldOutcome;
 
     /** Parts of a read covered by content or error chunks so far: start to end, relative to the request. */
@@ -75,7 +81,26 @@ final class Pending {
         this.cookie = cookie;
     }
 
+    boolean hasPayload() {
+        return type == Nbd.CMD_WRITE;
+    }
+
+    /** Bytes the request puts into the socket. */
+    long wireBytes() {
+        return Nbd.REQUEST_SIZE + (hasPayload() ? length : 0);
+    }
+
     // ---- who may touch the buffer, and who delivers the outcome ----
+
+    /**
+     * Takes the request out of the queue for sending (a WRITE's buffer is then held until {@link #release});
+     * false if its outcome was decided while it waited, in which case it must not be sent.
+     */
+    synchronized boolean startSending() {
+        if (state != QUEUED) return false;
+        state = hasPayload() ? SENDING : IN_FLIGHT;
+        return true;
+    }
 
     /** Takes the buffer for placing data; false once the outcome is decided (the data is then discarded). */
     synchronized boolean claim() {
@@ -84,9 +109,12 @@ final class Pending {
         return true;
     }
 
-    /** Gives the buffer back: {@link #OPEN}, or the outcome decided meanwhile, which the caller must deliver. */
+    /**
+     * Gives the buffer back after sending or placing: {@link #OPEN}, or the outcome decided meanwhile, which
+     * the caller must deliver.
+     */
     synchronized Object release() {
-        if (state == PLACING) {
+        if (state == SENDING || state == PLACING) {
             state = IN_FLIGHT;
             return OPEN;
         }
@@ -99,12 +127,16 @@ final class Pending {
     /** Decides the outcome (a Throwable for failure, else the result) unless one was decided already. */
     synchronized Settled settle(Object outcome) {
         switch (state) {
+            case QUEUED -> {
+                state = SETTLED;
+                return Settled.UNSENT;
+            }
             case IN_FLIGHT -> {
                 state = SETTLED;
                 return Settled.NOW;
             }
-            case PLACING -> {
-                state = PLACING_SETTLED;
+            case SENDING, PLACING -> {
+                state = HELD_SETTLED;
                 heldOutcome = outcome;
                 return Settled.HELD;
             }
@@ -114,14 +146,14 @@ final class Pending {
         }
     }
 
-    /** The outcome is decided (it may still wait for the reader to let go of the buffer). */
+    /** The outcome is decided (it may still wait for the holder to let go of the buffer). */
     synchronized boolean settled() {
-        return state >= PLACING_SETTLED;
+        return state >= HELD_SETTLED;
     }
 
-    /** The outcome is decided but the reader has held the buffer ever since. */
+    /** The outcome is decided but the sender or reader has held the buffer ever since. */
     synchronized boolean heldSettled() {
-        return state == PLACING_SETTLED;
+        return state == HELD_SETTLED;
     }
 
     // ---- the reply, as the reader thread assembles it ----

@@ -11,7 +11,27 @@ import static org.assertj.core.api.Assertions.assertThat;
 class PendingTest {
 
     private static Pending read() {
-        return new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        Pending p = new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        assertThat(p.startSending()).isTrue();
+        return p;
+    }
+
+    @Test
+    void aRequestSettledWhileQueuedIsNeverSent() {
+        Pending p = new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        assertThat(p.settle(new NbdTimeoutException("queued too long"))).isEqualTo(Pending.Settled.UNSENT);
+        assertThat(p.startSending()).isFalse();
+    }
+
+    @Test
+    void aReplyThatBeatsTheSenderIsDeliveredWhenTheSenderLetsGoOfThePayload() {
+        Pending p = new Pending(Nbd.CMD_WRITE, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        assertThat(p.startSending()).isTrue();
+        assertThat(p.claim()).as("the reader never places into a write's buffer").isFalse();
+        assertThat(p.settle(null)).isEqualTo(Pending.Settled.HELD);
+        assertThat(p.future).isNotDone();
+        assertThat(p.release()).isNull();
+        assertThat(p.settled()).isTrue();
     }
 
     @Test

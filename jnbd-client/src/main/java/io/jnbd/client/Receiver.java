@@ -1,0 +1,192 @@
+package io.jnbd.client;
+
+import io.jnbd.protocol.Chunks;
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.ProtocolException;
+import io.jnbd.protocol.SimpleReply;
+import io.jnbd.protocol.StructuredReplyHeader;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+
+/**
+ * The receiving side of a connection, run by its one reader thread: reads every reply, matches it to its
+ * request by cookie and places read data straight into the caller's buffer, each chunk at its offset.
+ */
+final class Receiver {
+
+    /** Block status chunks are bounded by the spec's advice (2^20 extents); more is a broken or hostile server. */
+    private static final long MAX_BLOCK_STATUS_CHUNK = 4 + 8L * (1 << 20);
+    /** Error chunks carry at most a 4096-byte message plus fixed fields. */
+    private static final long MAX_ERROR_CHUNK = 6 + io.jnbd.protocol.Strings.MAX_STRING + 8;
+
+    private final Connection connection;
+    private final SocketChannel channel;
+    private final String peer;
+    private final ExportInfo info;
+    private final int baseAllocationId;
+    private final ByteBuffer replyHeader = ByteBuffer.allocateDirect(Nbd.STRUCTURED_REPLY_SIZE);
+    private final ByteBuffer scratch = ByteBuffer.allocateDirect(64 * 1024);
+
+    Receiver(Connection connection, SocketChannel channel, String peer, ExportInfo info, int baseAllocationId) {
+        this.connection = connection;
+        this.channel = channel;
+        this.peer = peer;
+        this.info = info;
+        this.baseAllocationId = baseAllocationId;
+    }
+
+    void run() {
+        try {
+            while (true) readReply();
+        } catch (ProtocolException e) {
+            connection.fail(new NbdProtocolException("protocol violation by " + peer + ": " + e.getMessage() + "; connection closed"));
+        } catch (EOFException e) {
+            connection.fail(new NbdConnectionException("connection to " + peer + " lost: server closed it"
+                + (connection.inFlight() == 0 ? "" : " with " + connection.inFlight() + " request(s) in flight"), e));
+        } catch (IOException e) {
+            connection.fail(new NbdConnectionException("connection to " + peer + " lost: " + e.getMessage(), e));
+        } catch (RuntimeException e) {
+            connection.fail(new NbdConnectionException("client bug while reading from " + peer + ": " + e, e));
+        }
+    }
+
+    private void readReply() throws IOException, ProtocolException {
+        replyHeader.clear().limit(Nbd.SIMPLE_REPLY_SIZE);
+        readFully(replyHeader);
+        replyHeader.flip();
+        int magic = replyHeader.getInt();
+        if (magic == Nbd.SIMPLE_REPLY_MAGIC) {
+            simpleReply(SimpleReply.decodeAfterMagic(replyHeader));
+        } else if (magic == Nbd.STRUCTURED_REPLY_MAGIC && info.structuredReplies()) {
+            replyHeader.limit(Nbd.STRUCTURED_REPLY_SIZE).position(Nbd.SIMPLE_REPLY_SIZE);
+            readFully(replyHeader);
+            replyHeader.position(4);
+            chunk(StructuredReplyHeader.decodeAfterMagic(replyHeader));
+        } else {
+            throw new ProtocolException("bad reply magic 0x" + Integer.toHexString(magic));
+        }
+    }
+
+    private Pending lookup(long cookie) throws ProtocolException {
+        Pending p = connection.lookup(cookie);
+        if (p == null) throw new ProtocolException("reply with unknown cookie " + Long.toUnsignedString(cookie));
+        return p;
+    }
+
+    private void simpleReply(SimpleReply reply) throws IOException, ProtocolException {
+        Pending p = lookup(reply.cookie());
+        if (reply.error() != 0) {
+            connection.finish(p, p.serverError(reply.error(), ""));
+            return;
+        }
+        if (p.type == Nbd.CMD_READ) {
+            // Structured servers must not do this for READ, but the data's length is known from the request,
+            // so it still decodes unambiguously.
+            receiveInto(p, 0, (int) p.length);
+            p.cover(0, p.length);
+        } else if (p.type == Nbd.CMD_BLOCK_STATUS) {
+            throw new ProtocolException("simple reply without error to " + p.describe());
+        }
+        connection.finish(p, null);
+    }
+
+    private void chunk(StructuredReplyHeader h) throws IOException, ProtocolException {
+        Pending p = lookup(h.cookie());
+        long length = h.length();
+        switch (h.type()) {
+            case Nbd.REPLY_TYPE_NONE -> {
+                if (length != 0) throw new ProtocolException("NONE chunk with payload for " + p.describe());
+                if (!h.done()) throw new ProtocolException("NONE chunk without DONE for " + p.describe());
+            }
+            case Nbd.REPLY_TYPE_OFFSET_DATA -> {
+                if (p.type != Nbd.CMD_READ) throw new ProtocolException("OFFSET_DATA chunk for " + p.describe());
+                if (length < 9) throw new ProtocolException("OFFSET_DATA chunk of " + length + " bytes");
+                long offset = readPayload(8).getLong();
+                long dataLength = length - 8;
+                long at = p.placeChunk(offset, dataLength);
+                receiveInto(p, at, (int) dataLength);
+            }
+            case Nbd.REPLY_TYPE_OFFSET_HOLE -> {
+                if (p.type != Nbd.CMD_READ) throw new ProtocolException("OFFSET_HOLE chunk for " + p.describe());
+                if (length != 12) throw new ProtocolException("OFFSET_HOLE chunk of " + length + " bytes");
+                ByteBuffer b = readPayload(12);
+                long offset = b.getLong();
+                long holeLength = Integer.toUnsignedLong(b.getInt());
+                if (holeLength == 0) throw new ProtocolException("OFFSET_HOLE of length 0 for " + p.describe());
+                long at = p.placeChunk(offset, holeLength);
+                if (p.claim()) {
+                    zeroFill(p.data, p.data.position() + (int) at, (int) holeLength);
+                    connection.letGo(p);
+                }
+            }
+            case Nbd.REPLY_TYPE_BLOCK_STATUS -> {
+                if (p.type != Nbd.CMD_BLOCK_STATUS) throw new ProtocolException("BLOCK_STATUS chunk for " + p.describe());
+                if (length > MAX_BLOCK_STATUS_CHUNK) throw new ProtocolException("BLOCK_STATUS chunk of " + length + " bytes");
+                ByteBuffer payload = ByteBuffer.allocate((int) length);
+                readFully(payload);
+                var status = Chunks.decodeBlockStatus(payload.flip());
+                if (status.contextId() == baseAllocationId) p.addExtents(status.descriptors());
+            }
+            default -> {
+                if (!h.isError()) {
+                    throw new ProtocolException("unexpected chunk type " + h.type() + " for " + p.describe());
+                }
+                if (length < 6 || length > MAX_ERROR_CHUNK) {
+                    throw new ProtocolException("error chunk of " + length + " bytes for " + p.describe());
+                }
+                ByteBuffer payload = ByteBuffer.allocate((int) length);
+                readFully(payload);
+                payload.flip();
+                if (h.type() == Nbd.REPLY_TYPE_ERROR || h.type() == Nbd.REPLY_TYPE_ERROR_OFFSET) {
+                    var e = Chunks.decodeError(h.type(), payload);
+                    if (e.error() == 0) throw new ProtocolException("error chunk with error 0 for " + p.describe());
+                    String where = e.offset() >= 0 ? " at offset " + Long.toUnsignedString(e.offset()) : "";
+                    p.recordError(e.error(), e.message() + where);
+                } else {
+                    // The spec: an unknown error type still fails the request, transmission may go on.
+                    int error = payload.getInt();
+                    p.recordError(error == 0 ? Nbd.EIO : error, "error chunk of unknown type " + h.type());
+                }
+            }
+        }
+        if (h.done()) connection.finish(p, p.outcome());
+    }
+
+    private ByteBuffer readPayload(int n) throws IOException {
+        scratch.clear().limit(n);
+        readFully(scratch);
+        return scratch.flip();
+    }
+
+    /** Reads {@code n} bytes of block data into the request's buffer at {@code at}, or discards them if settled. */
+    private void receiveInto(Pending p, long at, int n) throws IOException {
+        if (!p.claim()) {
+            int left = n;
+            while (left > 0) {
+                scratch.clear().limit(Math.min(left, scratch.capacity()));
+                readFully(scratch);
+                left -= scratch.limit();
+            }
+            return;
+        }
+        try {
+            int start = p.data.position() + (int) at;
+            readFully(p.data.slice(start, n));
+        } finally {
+            connection.letGo(p);
+        }
+    }
+
+    private static void zeroFill(ByteBuffer buf, int from, int n) {
+        java.lang.foreign.MemorySegment.ofBuffer(buf.slice(from, n)).fill((byte) 0);
+    }
+
+    private void readFully(ByteBuffer buf) throws IOException {
+        while (buf.hasRemaining()) {
+            if (channel.read(buf) < 0) throw new EOFException();
+        }
+    }
+}

@@ -1,0 +1,208 @@
+package io.jnbd.client;
+
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.Request;
+
+import java.io.IOException;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * The sending side of a connection. Submitting never waits, neither for a request slot nor for another
+ * thread's write: a request that cannot go out at once joins a queue, which this connection's sender thread
+ * works off in submission order whenever a slot is free.
+ *
+ * <p>A request goes out on the submitting thread itself only when that cannot block: nothing is queued ahead
+ * of it, a slot is free, no other thread is writing, its payload is small, and the bytes written but not yet
+ * answered stay well inside the socket's send buffer (a reply proves the server read its request, so those
+ * bytes bound what can still be in the buffer). The socket write then only copies into the kernel. This is
+ * also what lets a completion callback on the reader thread submit: were the reader to block in a write,
+ * it could no longer read the replies whose arrival lets the server go on reading.
+ */
+final class Sender {
+
+    /** Largest payload written on the submitting thread. */
+    static final int INLINE_MAX_PAYLOAD = 64 * 1024;
+
+    private final Connection connection;
+    private final SocketChannel channel;
+    private final Semaphore window;
+    private final ReentrantLock lock = new ReentrantLock();
+    /**
+     * Requests are taken out to be sent only while holding {@link #lock} (others leave it only once settled),
+     * so an empty queue seen under the lock means no earlier submission is still waiting to go out.
+     */
+    private final ConcurrentLinkedQueue<Pending> queue = new ConcurrentLinkedQueue<>();
+    private final AtomicInteger queued = new AtomicInteger();
+    /** Bytes of requests written and not yet answered. */
+    private final AtomicLong unanswered = new AtomicLong();
+    private final long inlineBudget;
+    private final ByteBuffer header = ByteBuffer.allocateDirect(Nbd.REQUEST_SIZE);
+    private final Thread thread;
+
+    Sender(Connection connection, SocketChannel channel, int requestsInFlight, String name) {
+        this.connection = connection;
+        this.channel = channel;
+        this.window = new Semaphore(requestsInFlight);
+        this.inlineBudget = inlineBudget(channel);
+        // A platform thread: a virtual one would switch the socket to non-blocking mode for good, and the
+        // reader's blocking reads would then each pay for an extra poll.
+        this.thread = Thread.ofPlatform().daemon().name(name).unstarted(this::run);
+    }
+
+    /** Half the send buffer, since the kernel also counts its own overhead against it; at most 64 KiB. */
+    private static long inlineBudget(SocketChannel channel) {
+        try {
+            return Math.min(64 * 1024, channel.getOption(StandardSocketOptions.SO_SNDBUF) / 2);
+        } catch (IOException | UnsupportedOperationException e) {
+            return 16 * 1024;
+        }
+    }
+
+    void start() {
+        thread.start();
+    }
+
+    /** Requests waiting to be sent. */
+    int queued() {
+        return queued.get();
+    }
+
+    /** Sends {@code p} now if that cannot block, else queues it for the sender thread. Never waits. */
+    void submit(Pending p) {
+        if ((!p.hasPayload() || p.length <= INLINE_MAX_PAYLOAD) && queue.isEmpty() && lock.tryLock()) {
+            try {
+                if (queue.isEmpty() && unanswered.get() + p.wireBytes() <= inlineBudget && window.tryAcquire()) {
+                    write(p);
+                    return;
+                }
+            } finally {
+                lock.unlock();
+            }
+        }
+        queue.add(p);
+        queued.incrementAndGet();
+        LockSupport.unpark(thread);
+    }
+
+    /** A request that timed out while queued: drop it now rather than when it reaches the head. */
+    void forget(Pending p) {
+        if (queue.remove(p)) queued.decrementAndGet();
+    }
+
+    /** The request's reply has ended (or the connection has): its slot and its bytes are free again. */
+    void answered(Pending p) {
+        unanswered.addAndGet(-p.wireBytes());
+        window.release();
+        if (!queue.isEmpty()) LockSupport.unpark(thread);
+    }
+
+    /** Some request still queued has a caller waiting for it. */
+    boolean hasWaiting() {
+        return queue.stream().anyMatch(p -> !p.settled());
+    }
+
+    /** Takes every queued request out, for the connection to fail them. */
+    Pending poll() {
+        Pending p = queue.poll();
+        if (p != null) queued.decrementAndGet();
+        return p;
+    }
+
+    /** Wakes the sender thread, e.g. to notice that the connection has died. */
+    void wake() {
+        LockSupport.unpark(thread);
+    }
+
+    void join(long millis) throws InterruptedException {
+        thread.join(millis);
+    }
+
+    /** Writes a DISC once the socket is free; gives up if another write still blocks it after {@code millis}. */
+    void disconnect(long millis) {
+        try {
+            if (!lock.tryLock(millis, TimeUnit.MILLISECONDS)) return;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return;
+        }
+        try {
+            header.clear();
+            new Request(0, Nbd.CMD_DISC, 0, 0, 0).encode(header);
+            header.flip();
+            while (header.hasRemaining()) channel.write(header);
+        } catch (IOException ignored) {
+            // Closing anyway.
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private void run() {
+        while (connection.alive()) {
+            lock.lock();
+            try {
+                drain();
+            } finally {
+                lock.unlock();
+            }
+            // Woken by a submission that queued, or by a slot freed while requests wait.
+            LockSupport.park(this);
+        }
+    }
+
+    /** Sends queued requests in order while slots last. Holding the lock. */
+    private void drain() {
+        for (Pending p; (p = queue.peek()) != null && connection.alive(); ) {
+            if (p.settled()) {
+                forget(p);
+                continue;
+            }
+            if (!window.tryAcquire()) return;
+            // Removed by identity, not polled: a timeout may have taken it out of the queue since the peek.
+            if (!queue.remove(p)) {
+                window.release();
+                continue;
+            }
+            queued.decrementAndGet();
+            write(p);
+        }
+    }
+
+    /** Writes one request. Holding the lock and a slot, which the request keeps until it is answered. */
+    private void write(Pending p) {
+        if (!p.startSending()) {
+            // Its outcome was decided (a timeout, a dead connection) while it waited: never sent.
+            window.release();
+            return;
+        }
+        unanswered.addAndGet(p.wireBytes());
+        try {
+            if (!connection.register(p)) return;
+            header.clear();
+            new Request(p.flags, p.type, p.cookie, p.offset, p.length).encode(header);
+            header.flip();
+            if (p.hasPayload()) {
+                ByteBuffer payload = p.data.duplicate();
+                ByteBuffer[] both = {header, payload};
+                while (payload.hasRemaining()) channel.write(both);
+            } else {
+                while (header.hasRemaining()) channel.write(header);
+            }
+            p.sent = true;
+        } catch (IOException e) {
+            connection.fail(new NbdConnectionException("connection to " + connection.peer() + " failed while sending "
+                + p.describe() + ": " + e.getMessage(), e));
+        } finally {
+            if (p.hasPayload()) connection.letGo(p);
+        }
+    }
+}
