@@ -70,7 +70,8 @@ public final class CmpCommand implements Callable<Integer> {
                 }
                 Pair p = inFlight.poll();
                 p.done.join();
-                int at = p.a.mismatch(p.b);
+                // Each read advanced its buffer's position over the data.
+                int at = p.a.flip().mismatch(p.b.flip());
                 if (at >= 0) {
                     long offset = p.offset + at;
                     say(a.name() + " " + b.name() + " differ: first difference at offset " + offset);

@@ -138,7 +138,10 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                         ByteBuffer buf = buffers.take().clear().limit(n);
                         CompletableFuture<Void> f;
                         try {
-                            f = src.read(pos, buf).thenCompose(v -> allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf));
+                            f = src.read(pos, buf).thenCompose(v -> {
+                                buf.flip(); // the read advanced the position over the data
+                                return allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf);
+                            });
                         } catch (RuntimeException ex) {
                             f = CompletableFuture.failedFuture(ex);
                         }

@@ -25,8 +25,10 @@ sealed interface Disk extends AutoCloseable {
     /** Offsets and lengths of requests must be multiples of this. */
     int blockSize();
 
+    /** Fills {@code dst} from position to limit; on success its position is advanced to the limit, as NIO does. */
     CompletableFuture<Void> read(long offset, ByteBuffer dst);
 
+    /** Writes {@code src} from position to limit; on success its position is advanced to the limit. */
     CompletableFuture<Void> write(long offset, ByteBuffer src);
 
     /** Makes the range read as zeroes, as cheaply as the target allows. */
@@ -120,6 +122,7 @@ sealed interface Disk extends AutoCloseable {
                         throw new IOException(path + " ended at " + (offset + b.position() - dst.position()));
                     }
                 }
+                dst.position(dst.limit());
                 return CompletableFuture.completedFuture(null);
             } catch (IOException e) {
                 return CompletableFuture.failedFuture(e);
@@ -130,6 +133,7 @@ sealed interface Disk extends AutoCloseable {
             try {
                 ByteBuffer b = src.duplicate();
                 while (b.hasRemaining()) channel.write(b, offset + b.position() - src.position());
+                src.position(src.limit());
                 return CompletableFuture.completedFuture(null);
             } catch (IOException e) {
                 return CompletableFuture.failedFuture(e);

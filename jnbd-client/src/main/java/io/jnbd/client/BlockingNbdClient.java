@@ -32,16 +32,20 @@ public final class BlockingNbdClient {
         return client.size();
     }
 
-    /** Fills {@code dst} from its position to its limit and then advances its position to the limit. */
+    /**
+     * Fills {@code dst} from its position to its limit and advances its position to the limit; on failure
+     * the position is left where it was. See {@link NbdClient#read}.
+     */
     public void read(long offset, ByteBuffer dst) throws IOException {
         await(client.read(offset, dst));
-        dst.position(dst.limit());
     }
 
-    /** Writes {@code src} from its position to its limit and then advances its position to the limit. */
+    /**
+     * Writes {@code src} from its position to its limit and advances its position to the limit; on failure
+     * the position is left where it was. See {@link NbdClient#write}.
+     */
     public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
         await(client.write(offset, src, fua));
-        src.position(src.limit());
     }
 
     public void flush() throws IOException {

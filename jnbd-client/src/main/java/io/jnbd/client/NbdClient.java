@@ -38,8 +38,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * <pre>{@code
  * try (NbdClient disk = NbdClient.connect(URI.create("nbd://localhost/disk"))) {
  *     ByteBuffer buf = ByteBuffer.allocateDirect(4096);
- *     disk.read(0, buf).join();                      // asynchronous, waited for here
- *     disk.blocking().write(4096, buf, false);       // or the blocking view
+ *     disk.read(0, buf).join();                      // asynchronous, waited for here; advances the position
+ *     disk.blocking().write(4096, buf.flip(), false); // or the blocking view
  *     disk.blocking().flush();
  * }
  * }</pre>
@@ -226,19 +226,33 @@ public final class NbdClient implements AutoCloseable {
     }
 
     /**
-     * Reads {@code dst.remaining()} bytes at {@code offset} into {@code dst} from its position; the buffer's
-     * position and limit are not changed. Completes only when the whole range has arrived (holes are
-     * zero-filled); fails if any part of it failed, in which case the buffer's contents are undefined.
+     * Reads {@code dst.remaining()} bytes at {@code offset} into {@code dst} from its position. As with
+     * {@link java.nio.channels.AsynchronousFileChannel}: on success the position has been advanced to the
+     * limit by the time the future completes; on failure it is left where it was and the contents between
+     * position and limit are undefined. Completes only when the whole range has arrived (holes are
+     * zero-filled). The buffer must not be touched until the future completes; after that, nothing more is
+     * written into it.
      */
     public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
         int length = dst.remaining();
         checkRange("read", offset, length);
         if (length == 0) return CompletableFuture.completedFuture(null);
-        if (cache != null) return cache.read(offset, dst);
-        return readUncached(offset, dst);
+        if (cache != null) {
+            int end = dst.limit();
+            return cache.read(offset, dst).thenApply(v -> {
+                dst.position(end);
+                return null;
+            });
+        }
+        return read(offset, dst, true);
     }
 
+    /** A read that leaves the buffer's position alone, for the cache's own page buffers. */
     CompletableFuture<Void> readUncached(long offset, ByteBuffer dst) {
+        return read(offset, dst, false);
+    }
+
+    private CompletableFuture<Void> read(long offset, ByteBuffer dst, boolean advance) {
         int length = dst.remaining();
         int base = dst.position();
         List<CompletableFuture<Object>> parts = new ArrayList<>();
@@ -247,13 +261,14 @@ public final class NbdClient implements AutoCloseable {
             parts.add(pick().submit(Nbd.CMD_READ, 0, offset + done, n, dst.slice(base + (int) done, n)));
             done += n;
         }
-        return all(parts);
+        return all(parts, advance ? dst : null, base + length);
     }
 
     /**
-     * Writes {@code src.remaining()} bytes from its position at {@code offset}; the buffer's position is not
-     * changed and it must not be modified until the future completes. With {@code fua} the data is on stable
-     * storage when the future completes (by FUA, or a flush when the server has no FUA).
+     * Writes {@code src.remaining()} bytes from its position at {@code offset}. On success the position has
+     * been advanced to the limit by the time the future completes; on failure it is left where it was. The
+     * buffer must not be modified until the future completes. With {@code fua} the data is on stable storage
+     * when the future completes (by FUA, or a flush when the server has no FUA).
      */
     public CompletableFuture<Void> write(long offset, ByteBuffer src, boolean fua) {
         int length = src.remaining();
@@ -269,7 +284,12 @@ public final class NbdClient implements AutoCloseable {
             parts.add(pick().submit(Nbd.CMD_WRITE, flags, offset + done, n, src.slice(base + (int) done, n)));
             done += n;
         }
-        return afterWrite(all(parts), offset, length, fua && !info.canFua());
+        boolean flushAfter = fua && !info.canFua();
+        if (!flushAfter) return afterWrite(all(parts, src, base + length), offset, length, false);
+        return afterWrite(all(parts), offset, length, true).thenApply(v -> {
+            src.position(base + length);
+            return null;
+        });
     }
 
     /** Makes every completed write durable. A no-op when the server does not offer FLUSH. */
@@ -418,12 +438,23 @@ public final class NbdClient implements AutoCloseable {
      * it), and the caller, once told, may reuse it.
      */
     private static CompletableFuture<Void> all(List<CompletableFuture<Object>> parts) {
-        if (parts.size() == 1) return parts.getFirst().thenApply(x -> null);
+        return all(parts, null, 0);
+    }
+
+    /** As {@link #all(List)}, and on success first moves {@code advance}'s position (unless null) to {@code end}. */
+    private static CompletableFuture<Void> all(List<CompletableFuture<Object>> parts, ByteBuffer advance, int end) {
+        if (parts.size() == 1) {
+            return parts.getFirst().thenApply(x -> {
+                if (advance != null) advance.position(end);
+                return null;
+            });
+        }
         java.util.concurrent.atomic.AtomicReference<Throwable> first = new java.util.concurrent.atomic.AtomicReference<>();
         for (var p : parts) p.whenComplete((v, e) -> { if (e != null) first.compareAndSet(null, unwrap(e)); });
         CompletableFuture<Void> result = new CompletableFuture<>();
         CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new)).whenComplete((v, e) -> {
             if (e == null) {
+                if (advance != null) advance.position(end);
                 result.complete(null);
             } else {
                 Throwable t = first.get();

@@ -12,8 +12,12 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-/** When the caller may count on its buffer again: not one byte lands in it after the future has completed. */
+/**
+ * When the caller may count on its buffer again: not one byte lands in it after the future has completed,
+ * and its position says how much was transferred, as NIO channels do.
+ */
 class BufferOwnershipTest {
 
     private static final int SIZE = 4 << 20;
@@ -59,6 +63,51 @@ class BufferOwnershipTest {
             client.read(0, ByteBuffer.allocate(4096)).handle((v, e) -> null).get(10, TimeUnit.SECONDS);
             assertThat(Arrays.mismatch(contents(buf), atCompletion.get()))
                 .as("first byte that changed after the future completed").isEqualTo(-1);
+        }
+    }
+
+    @Test
+    void asyncReadsAndWritesAdvanceThePositionBeforeTheyCompleteAndOnlyOnSuccess() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.REVERSE);
+             var client = NbdClient.connect(server.uri())) {
+            // One request and a read split into two (the fake's maximum payload is 1 MiB).
+            for (int length : new int[]{40_000, (1 << 20) + 8192}) {
+                ByteBuffer dst = ByteBuffer.allocateDirect(length + 200).position(100).limit(100 + length);
+                CompletableFuture<Integer> seen = client.read(8192, dst).thenApply(v -> dst.position());
+                assertThat(seen.get(10, TimeUnit.SECONDS)).as("position when the read completes").isEqualTo(100 + length);
+                assertThat(dst.limit()).isEqualTo(100 + length);
+                byte[] got = new byte[length];
+                dst.get(100, got);
+                assertThat(Arrays.mismatch(got, Arrays.copyOfRange(disk, 8192, 8192 + length))).isEqualTo(-1);
+
+                ByteBuffer src = ByteBuffer.allocate(length + 10).position(10);
+                CompletableFuture<Integer> wrote = client.write(2 << 20, src, false).thenApply(v -> src.position());
+                assertThat(wrote.get(10, TimeUnit.SECONDS)).as("position when the write completes").isEqualTo(length + 10);
+            }
+            ByteBuffer blocking = ByteBuffer.allocate(4096);
+            client.blocking().read(0, blocking);
+            assertThat(blocking.position()).isEqualTo(4096);
+
+            server.mode(FakeNbdServer.Mode.ERROR);
+            ByteBuffer failed = ByteBuffer.allocate(8192).position(4096);
+            CompletableFuture<Integer> failure = client.read(0, failed).handle((v, e) -> failed.position());
+            assertThat(failure.get(10, TimeUnit.SECONDS)).as("position after a failed read").isEqualTo(4096);
+            assertThatThrownBy(() -> client.blocking().read(0, failed)).isInstanceOf(NbdErrorException.class);
+            assertThat(failed.position()).isEqualTo(4096);
+        }
+    }
+
+    @Test
+    void readsThroughTheCacheAdvanceThePositionToo() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.REVERSE);
+             var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withCache(1 << 20, 0))) {
+            for (int round = 0; round < 2; round++) { // a miss, then a hit
+                ByteBuffer dst = ByteBuffer.allocate(10_000);
+                assertThat(client.read(70_000, dst).thenApply(v -> dst.position()).get(10, TimeUnit.SECONDS)).isEqualTo(10_000);
+                assertThat(dst.array()).isEqualTo(Arrays.copyOfRange(disk, 70_000, 80_000));
+            }
         }
     }
 

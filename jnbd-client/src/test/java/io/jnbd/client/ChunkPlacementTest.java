@@ -30,8 +30,8 @@ class ChunkPlacementTest {
             for (ByteBuffer buf : List.of(ByteBuffer.allocateDirect(40_000), ByteBuffer.allocate(40_000))) {
                 for (int i = 0; i < buf.capacity(); i++) buf.put(i, (byte) 0x5a);
                 client.read(1000, buf).get(5, TimeUnit.SECONDS);
-                byte[] got = new byte[buf.remaining()];
-                buf.get(buf.position(), got);
+                byte[] got = new byte[buf.flip().remaining()];
+                buf.get(got);
                 assertThat(got).isEqualTo(java.util.Arrays.copyOfRange(disk, 1000, 41_000));
             }
         }
