@@ -23,8 +23,9 @@ final class Connection {
     private final SocketChannel channel;
     private final String peer;
     private final ExportInfo info;
-    private final ScheduledExecutorService timer;
     private final long requestTimeoutNanos;
+    /** Looks for requests past their deadline; null without a request timeout. */
+    private final ScheduledFuture<?> sweeper;
     /** Where futures are completed; null for the thread that decided the outcome (usually the reader). */
     private final Executor completionExecutor;
     private final Map<Long, Pending> inFlight = new ConcurrentHashMap<>();
@@ -39,7 +40,6 @@ final class Connection {
         this.channel = channel;
         this.peer = peer;
         this.info = handshake.info();
-        this.timer = timer;
         this.requestTimeoutNanos = options.requestTimeout().toNanos();
         this.completionExecutor = options.completionExecutor();
         this.sender = new Sender(this, channel, options.requestsInFlight(), "jnbd-sender-" + peer + "#" + index);
@@ -47,6 +47,15 @@ final class Connection {
         this.reader = Thread.ofPlatform().daemon().name("jnbd-reader-" + peer + "#" + index).unstarted(receiver::run);
         reader.start();
         sender.start();
+        if (requestTimeoutNanos > 0) {
+            // One periodic sweep rather than a timer task per request: scheduling and cancelling a task for
+            // every request costs the submitter, and a cancelled task stays queued (holding the request and
+            // its buffer) until it would have fired. Timeouts fire up to one tick late.
+            long tick = Math.clamp(requestTimeoutNanos / 16, TimeUnit.MILLISECONDS.toNanos(1), TimeUnit.SECONDS.toNanos(1));
+            this.sweeper = timer.scheduleWithFixedDelay(this::expire, tick, tick, TimeUnit.NANOSECONDS);
+        } else {
+            this.sweeper = null;
+        }
     }
 
     ExportInfo info() {
@@ -84,10 +93,8 @@ final class Connection {
             deliver(p, dead);
             return p.future;
         }
-        if (requestTimeoutNanos > 0) {
-            // From submission: the time spent waiting in the queue counts.
-            p.timeout = timer.schedule(() -> timeOut(p), requestTimeoutNanos, TimeUnit.NANOSECONDS);
-        }
+        // From submission: the time spent waiting in the queue counts.
+        p.deadline = System.nanoTime() + requestTimeoutNanos;
         sender.submit(p);
         if (failure != null) failQueued(failure); // raced with fail(), whose sweep may have run before the enqueue
         return p.future;
@@ -109,7 +116,33 @@ final class Connection {
         return inFlight.get(cookie);
     }
 
-    private void timeOut(Pending p) {
+    /** Runs on the timer thread: times out every request past its deadline, queued or in flight. */
+    private void expire() {
+        try {
+            long now = System.nanoTime();
+            for (Pending p : inFlight.values()) expire(p, now);
+            sender.forEachQueued(p -> expire(p, now));
+        } catch (RuntimeException e) {
+            // An exception would silently end the periodic task, and with it every timeout on this connection.
+            fail(new NbdConnectionException("client bug while timing out requests to " + peer + ": " + e, e));
+        }
+    }
+
+    private void expire(Pending p, long now) {
+        if (!p.timedOut) {
+            if (now - p.deadline >= 0) {
+                p.timedOut = true;
+                timeOut(p, now);
+            }
+        } else if (p.stallDeadline != 0 && now - p.stallDeadline >= 0 && p.heldSettled()) {
+            // A write that never finishes or a reply that stops mid-chunk would hold the caller for ever.
+            p.stallDeadline = 0;
+            fail(new NbdConnectionException("connection to " + peer + " closed: " + p.describe()
+                + " stalled in the middle of its data", null));
+        }
+    }
+
+    private void timeOut(Pending p, long now) {
         long ms = TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos);
         NbdTimeoutException e = new NbdTimeoutException(p.describe() + " to " + peer + " got no reply within " + ms + " ms");
         switch (p.settle(e)) {
@@ -123,7 +156,7 @@ final class Connection {
             case NOW -> deliver(p, e);
             // The sender or the reader is in the middle of the buffer: the holder delivers the timeout when it is
             // done, unless it never is.
-            case HELD -> p.timeout = timer.schedule(() -> stalledHolding(p), requestTimeoutNanos, TimeUnit.NANOSECONDS);
+            case HELD -> p.stallDeadline = now + requestTimeoutNanos;
             case ALREADY -> {
                 return;
             }
@@ -133,14 +166,6 @@ final class Connection {
             // the sender thread.
             fail(new NbdConnectionException("connection to " + peer + " closed: the server stopped reading requests ("
                 + e.getMessage() + ")", e));
-        }
-    }
-
-    /** A write that never finishes or a reply that stops mid-chunk would hold the caller for ever. */
-    private void stalledHolding(Pending p) {
-        if (p.heldSettled()) {
-            fail(new NbdConnectionException("connection to " + peer + " closed: " + p.describe()
-                + " stalled in the middle of its data", null));
         }
     }
 
@@ -178,6 +203,7 @@ final class Connection {
         } catch (IOException ignored) {
             // Nothing more to do with a broken channel.
         }
+        if (sweeper != null) sweeper.cancel(false);
         // A request whose buffer the sender or reader holds gets the failure from the holder, once its
         // write or read has failed on the closed channel.
         for (Pending p : inFlight.values()) finish(p, cause);
@@ -187,10 +213,7 @@ final class Connection {
 
     private void failQueued(NbdException cause) {
         for (Pending p; (p = sender.poll()) != null; ) {
-            if (p.settle(cause) != Pending.Settled.UNSENT) continue;
-            ScheduledFuture<?> t = p.timeout;
-            if (t != null) t.cancel(false);
-            deliver(p, cause);
+            if (p.settle(cause) == Pending.Settled.UNSENT) deliver(p, cause);
         }
     }
 
@@ -198,8 +221,6 @@ final class Connection {
     void finish(Pending p, Object outcome) {
         if (inFlight.remove(p.cookie) == null) return;
         sender.answered(p);
-        ScheduledFuture<?> t = p.timeout;
-        if (t != null) t.cancel(false);
         if (p.settle(outcome) == Pending.Settled.NOW) deliver(p, outcome);
     }
 

@@ -13,9 +13,9 @@ import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -97,7 +97,7 @@ public final class NbdClient implements AutoCloseable {
      * advertises CAN_MULTI_CONN (otherwise their caches could disagree).
      */
     public static NbdClient connect(NbdUri uri, ClientOptions options) throws IOException {
-        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor(r ->
+        ScheduledExecutorService timer = new ScheduledThreadPoolExecutor(1, r ->
             Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
         List<Connection> opened = new ArrayList<>();
         try {
@@ -120,7 +120,7 @@ public final class NbdClient implements AutoCloseable {
     }
 
     public static List<ExportListing> list(NbdUri uri, ClientOptions options) throws IOException {
-        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor(r ->
+        ScheduledExecutorService timer = new ScheduledThreadPoolExecutor(1, r ->
             Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
         try (SocketChannel channel = openChannel(uri, options)) {
             return withDeadline(channel, uri, options, timer, () -> new Handshake(channel, peer(uri)).list());
@@ -401,6 +401,11 @@ public final class NbdClient implements AutoCloseable {
     }
 
     // ---- helpers ----
+
+    /** Tasks queued on the timer, cancelled ones included: for tests. */
+    int timerTasks() {
+        return ((ScheduledThreadPoolExecutor) timer).getQueue().size();
+    }
 
     private Connection pick() {
         Connection best = connections.getFirst();

@@ -10,7 +10,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ScheduledFuture;
 
 /**
  * One request on a connection, from submission until its outcome is delivered, and what its reply chunks
@@ -60,7 +59,12 @@ final class Pending {
     final CompletableFuture<Object> future = new CompletableFuture<>();
     /** The whole request (and payload) is in the socket. */
     volatile boolean sent;
-    volatile ScheduledFuture<?> timeout;
+    /** When the request times out, by System.nanoTime(); meaningless without a request timeout. */
+    long deadline;
+    /** The timeout has been dealt with. Only the timer thread touches this and {@link #stallDeadline}. */
+    boolean timedOut;
+    /** When a holder that still has the buffer after the timeout is taken to be stuck; 0 if none. */
+    long stallDeadline;
 
     private int state = QUEUED;
     private Object heldOutcome;

@@ -105,6 +105,11 @@ final class Sender {
         if (!queue.isEmpty()) LockSupport.unpark(thread);
     }
 
+    /** Runs {@code action} on each request still queued. */
+    void forEachQueued(java.util.function.Consumer<Pending> action) {
+        queue.forEach(action);
+    }
+
     /** Some request still queued has a caller waiting for it. */
     boolean hasWaiting() {
         return queue.stream().anyMatch(p -> !p.settled());

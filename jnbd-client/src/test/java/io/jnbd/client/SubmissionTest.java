@@ -147,4 +147,16 @@ class SubmissionTest {
             completions.shutdownNow();
         }
     }
+
+    @Test
+    void answeredRequestsLeaveNoTimerTasksBehind() throws Exception {
+        try (var server = new FakeNbdServer(FakeNbdServer.content(1 << 20), FakeNbdServer.Mode.REVERSE);
+             var client = NbdClient.connect(server.uri())) {
+            ByteBuffer buf = ByteBuffer.allocateDirect(4096);
+            for (int i = 0; i < 1000; i++) client.read(i % 256 * 4096L, buf.clear()).get(10, TimeUnit.SECONDS);
+            // With a task per request, each answered request's cancelled task would stay queued (for the
+            // default two minutes) until it would have fired: heap a busy client cannot afford.
+            assertThat(client.timerTasks()).isLessThan(10);
+        }
+    }
 }
