@@ -1,0 +1,127 @@
+package io.jnbd.client;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.StandardProtocolFamily;
+import java.net.StandardSocketOptions;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/** Opening connections: the socket, the handshake under a deadline, and the extra connections of multi-conn. */
+final class Connector {
+
+    private Connector() {
+    }
+
+    /** The client's one timer thread: handshake deadlines and each connection's timeout sweep. */
+    static ScheduledExecutorService newTimer() {
+        return new ScheduledThreadPoolExecutor(1, r -> Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
+    }
+
+    /**
+     * Opens the first connection and, with {@link ClientOptions#connections()} above one, further ones only if
+     * the server advertises CAN_MULTI_CONN (otherwise their caches could disagree).
+     */
+    static List<Connection> openAll(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
+        List<Connection> opened = new ArrayList<>();
+        try {
+            Connection first = open(uri, options, timer, 0, null);
+            opened.add(first);
+            ExportInfo info = first.info();
+            int want = info.canMultiConn() ? options.connections() : 1;
+            for (int i = 1; i < want; i++) opened.add(open(uri, options, timer, i, info));
+            return opened;
+        } catch (IOException | RuntimeException e) {
+            for (Connection c : opened) c.close(0);
+            throw e;
+        }
+    }
+
+    static List<ExportListing> list(NbdUri uri, ClientOptions options) throws IOException {
+        ScheduledExecutorService timer = newTimer();
+        try (SocketChannel channel = openChannel(uri, options)) {
+            return withDeadline(channel, uri, options, timer, () -> new Handshake(channel, peer(uri)).list());
+        } finally {
+            timer.shutdownNow();
+        }
+    }
+
+    private static Connection open(NbdUri uri, ClientOptions options, ScheduledExecutorService timer, int index,
+                                   ExportInfo expected) throws IOException {
+        SocketChannel channel = openChannel(uri, options);
+        try {
+            Handshake.Result result = withDeadline(channel, uri, options, timer,
+                () -> new Handshake(channel, peer(uri)).go(uri.exportName(), options.structuredReplies()));
+            if (expected != null && (result.info().size() != expected.size()
+                || result.info().transmissionFlags() != expected.transmissionFlags())) {
+                throw new NbdException(peer(uri) + " described the export differently on connection " + index);
+            }
+            return new Connection(channel, peer(uri), result, timer, options, index);
+        } catch (IOException | RuntimeException e) {
+            channel.close();
+            throw e;
+        }
+    }
+
+    private interface HandshakeStep<T> {
+        T run() throws IOException;
+    }
+
+    /** Runs the handshake with a watchdog that closes the channel if the server stalls past the connect timeout. */
+    private static <T> T withDeadline(SocketChannel channel, NbdUri uri, ClientOptions options,
+                                      ScheduledExecutorService timer, HandshakeStep<T> step) throws IOException {
+        AtomicBoolean fired = new AtomicBoolean();
+        ScheduledFuture<?> watchdog = timer.schedule(() -> {
+            fired.set(true);
+            try {
+                channel.close();
+            } catch (IOException ignored) {
+                // Closing is the whole point.
+            }
+        }, options.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
+        try {
+            return step.run();
+        } catch (IOException e) {
+            if (fired.get()) {
+                throw new NbdConnectionException("handshake with " + peer(uri) + " timed out after "
+                    + options.connectTimeout().toMillis() + " ms", e);
+            }
+            throw e;
+        } finally {
+            watchdog.cancel(false);
+        }
+    }
+
+    private static SocketChannel openChannel(NbdUri uri, ClientOptions options) throws IOException {
+        boolean tcp = uri.address() instanceof InetSocketAddress;
+        SocketChannel channel = tcp ? SocketChannel.open() : SocketChannel.open(StandardProtocolFamily.UNIX);
+        try {
+            if (tcp) {
+                InetSocketAddress address = (InetSocketAddress) uri.address();
+                if (address.isUnresolved()) throw new NbdConnectionException("cannot resolve host " + address.getHostString(), null);
+                channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
+                channel.socket().connect(address, (int) Math.min(Integer.MAX_VALUE, options.connectTimeout().toMillis()));
+            } else {
+                channel.connect(uri.address());
+            }
+            return channel;
+        } catch (IOException e) {
+            channel.close();
+            if (e instanceof NbdException) throw e;
+            throw new NbdConnectionException("cannot connect to " + peer(uri) + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static String peer(NbdUri uri) {
+        return switch (uri.address()) {
+            case InetSocketAddress a -> a.getHostString() + ":" + a.getPort();
+            default -> uri.address().toString();
+        };
+    }
+}
