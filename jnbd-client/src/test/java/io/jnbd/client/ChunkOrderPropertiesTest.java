@@ -16,7 +16,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * Whatever the cut points and order of a read's chunks (data and holes), the bytes that land in the
  * caller's buffer are the export's bytes.
  */
-class ChunkOrderProperties {
+class ChunkOrderPropertiesTest {
 
     private static final int SIZE = 1 << 20;
     private static final byte[] DISK = FakeNbdServer.content(SIZE);
