@@ -35,6 +35,10 @@ final class Connection {
     /** Set once, when the connection dies; every later submission fails with it. */
     private volatile NbdException failure;
 
+    SocketChannel channel() {
+        return channel;
+    }
+
     Connection(SocketChannel channel, String peer, Handshake.Result handshake, ScheduledExecutorService timer,
                ClientOptions options, int index) {
         this.channel = channel;

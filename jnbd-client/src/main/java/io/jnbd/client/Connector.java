@@ -1,12 +1,15 @@
 package io.jnbd.client;
 
 import java.io.IOException;
+import java.io.InterruptedIOException;
 import java.net.InetSocketAddress;
 import java.net.StandardProtocolFamily;
 import java.net.StandardSocketOptions;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -29,6 +32,10 @@ final class Connector {
      * the server advertises CAN_MULTI_CONN (otherwise their caches could disagree).
      */
     static List<Connection> openAll(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
+        return onPlatformThread(() -> openAllHere(uri, options, timer));
+    }
+
+    private static List<Connection> openAllHere(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
         List<Connection> opened = new ArrayList<>();
         try {
             Connection first = open(uri, options, timer, 0, null);
@@ -44,6 +51,10 @@ final class Connector {
     }
 
     static List<ExportListing> list(NbdUri uri, ClientOptions options) throws IOException {
+        return onPlatformThread(() -> listHere(uri, options));
+    }
+
+    private static List<ExportListing> listHere(NbdUri uri, ClientOptions options) throws IOException {
         ScheduledExecutorService timer = newTimer();
         try (SocketChannel channel = openChannel(uri, options)) {
             return withDeadline(channel, uri, options, timer, () -> new Handshake(channel, peer(uri)).list());
@@ -71,6 +82,35 @@ final class Connector {
 
     private interface HandshakeStep<T> {
         T run() throws IOException;
+    }
+
+    /**
+     * Runs {@code step} on a platform thread when the caller is a virtual one. The JDK puts a socket in
+     * non-blocking mode for good once a virtual thread blocks on it; a connection's reader thread would then pay
+     * a failed read and a poll before every read it makes (measured: 14,203 EAGAIN reads and 14,196 polls in a
+     * pool's serve process over 3 s of 4k writes, none when connected from a platform thread).
+     */
+    private static <T> T onPlatformThread(HandshakeStep<T> step) throws IOException {
+        if (!Thread.currentThread().isVirtual()) return step.run();
+        CompletableFuture<T> done = new CompletableFuture<>();
+        Thread.ofPlatform().daemon().name("jnbd-connect").start(() -> {
+            try {
+                done.complete(step.run());
+            } catch (Throwable t) {
+                done.completeExceptionally(t);
+            }
+        });
+        try {
+            return done.get();
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof IOException io) throw io;
+            if (e.getCause() instanceof RuntimeException r) throw r;
+            if (e.getCause() instanceof Error err) throw err;
+            throw new IOException(e.getCause());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new InterruptedIOException("interrupted while connecting");
+        }
     }
 
     /** Runs the handshake with a watchdog that closes the channel if the server stalls past the connect timeout. */

@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
+import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -121,6 +122,11 @@ public final class NbdClient implements AutoCloseable {
 
     public NbdUri uri() {
         return uri;
+    }
+
+    /** The sockets of the connections, for tests that look at them from the operating system's side. */
+    List<SocketChannel> channels() {
+        return connections.stream().map(Connection::channel).toList();
     }
 
     /** Connections actually open: one unless the server offers CAN_MULTI_CONN and more were asked for. */

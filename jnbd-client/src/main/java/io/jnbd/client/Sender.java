@@ -76,9 +76,14 @@ final class Sender {
         return queued.get();
     }
 
-    /** Sends {@code p} now if that cannot block, else queues it for the sender thread. Never waits. */
+    /**
+     * Sends {@code p} now if that cannot block, else queues it for the sender thread. Never waits. A virtual
+     * thread always queues: the JDK puts a socket in non-blocking mode for good once a virtual thread has
+     * used it, and from then on every blocking read by the reader thread costs a failed read and a poll.
+     */
     void submit(Pending p) {
-        if ((!p.hasPayload() || p.length <= INLINE_MAX_PAYLOAD) && queue.isEmpty() && lock.tryLock()) {
+        if ((!p.hasPayload() || p.length <= INLINE_MAX_PAYLOAD) && !Thread.currentThread().isVirtual()
+                && queue.isEmpty() && lock.tryLock()) {
             try {
                 if (queue.isEmpty() && unanswered.get() + p.wireBytes() <= inlineBudget && window.tryAcquire()) {
                     write(p);
