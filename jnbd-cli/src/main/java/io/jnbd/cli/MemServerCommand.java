@@ -66,6 +66,11 @@ public final class MemServerCommand implements Callable<Integer> {
         description = "how long a client's data outlives its last connection (default ${DEFAULT-VALUE})")
     int grace;
 
+    @Option(names = "--busy-poll", paramLabel = "MICROS", defaultValue = "50",
+        description = "poll a connection this long before sleeping when its client sends one request at a time; "
+            + "0 never polls (default ${DEFAULT-VALUE}, as for serve)")
+    int busyPollMicros;
+
     @Option(names = "--stats-interval", paramLabel = "SECONDS", defaultValue = "0",
         description = "every N seconds, log memory in use, clients, throughput and latency; 0 = off")
     int statsInterval;
@@ -92,7 +97,11 @@ public final class MemServerCommand implements Callable<Integer> {
             err.println("jnbd memserver: " + e.getMessage());
             return 2;
         }
-        MemServer server = MemServer.start(config, ServerConfig.defaults());
+        if (busyPollMicros < 0 || busyPollMicros > 10_000) {
+            err.println("jnbd memserver: --busy-poll must be between 0 and 10000 microseconds, not " + busyPollMicros);
+            return 2;
+        }
+        MemServer server = MemServer.start(config, ServerConfig.defaults().withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L)));
         installSignalHandlers(server);
         List<String> bound = new ArrayList<>();
         for (SocketAddress a : addresses) {
