@@ -66,7 +66,7 @@ public final class NbdClient implements AutoCloseable {
         this.maxRequest = Math.max(min, Math.min(info.maximumPayload(), Nbd.DEFAULT_MAX_PAYLOAD) / min * min);
         if (options.cacheSize() > 0) {
             int page = Math.max(options.cachePageSize(), min);
-            this.cache = new ReadCache(this, options.cacheSize(), options.readahead(), page);
+            this.cache = new ReadCache(this::readUncached, size(), options.cacheSize(), options.readahead(), page);
         } else {
             this.cache = null;
         }

@@ -9,14 +9,21 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 
 /**
- * A bounded LRU cache of export pages in front of {@link NbdClient#readUncached}, with sequential readahead:
+ * A bounded LRU cache of pages in front of a {@link Source} (an NBD export, a pool volume), with sequential readahead:
  * when a read starts where the previous one ended, the next {@code readahead} bytes are fetched in the
  * background so that the sequential reader finds them ready (the gain gmblock measured on its direct path).
  * Writes, trims and zeroing through the same client invalidate the pages they touch, before they are sent
  * and again when they complete; a page fetch that overlapped any such change is not kept.
  */
-final class ReadCache {
-    private final NbdClient client;
+public final class ReadCache {
+    /** Where pages come from: fills {@code dst} from its position to its limit, leaving the position alone. */
+    @FunctionalInterface
+    public interface Source {
+        CompletableFuture<Void> read(long offset, ByteBuffer dst);
+    }
+
+    private final Source source;
+    private final long size;
     private final int pageSize;
     private final long readahead;
     private final int maxPages;
@@ -28,8 +35,17 @@ final class ReadCache {
     /** Where the readahead issued so far ends. */
     private long prefetchedEnd;
 
-    ReadCache(NbdClient client, long capacity, long readahead, int pageSize) {
-        this.client = client;
+    /**
+     * @param size      bytes the source holds; reads and readahead stay below it
+     * @param capacity  bytes of pages kept
+     * @param readahead bytes fetched ahead of a sequential reader; 0 for none
+     * @param pageSize  the unit of caching, a power of two
+     */
+    public ReadCache(Source source, long size, long capacity, long readahead, int pageSize) {
+        if (pageSize <= 0 || Integer.bitCount(pageSize) != 1) throw new IllegalArgumentException("page size must be a power of two");
+        if (capacity < 0 || readahead < 0) throw new IllegalArgumentException("cache sizes must not be negative");
+        this.source = source;
+        this.size = size;
         this.pageSize = pageSize;
         this.readahead = readahead;
         this.maxPages = (int) Math.max(1, Math.min(Integer.MAX_VALUE, capacity / pageSize));
@@ -41,7 +57,8 @@ final class ReadCache {
         };
     }
 
-    CompletableFuture<Void> read(long offset, ByteBuffer dst) {
+    /** Fills {@code dst} from its position to its limit, leaving the position alone, as {@link Source#read} does. */
+    public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
         int length = dst.remaining();
         int base = dst.position();
         long first = offset / pageSize;
@@ -56,13 +73,18 @@ final class ReadCache {
             } else if (readahead > 0 && end + readahead / 2 >= prefetchedEnd) {
                 // Like the kernel's async readahead: once the reader is in the second half of what was
                 // prefetched, fetch the next whole window in one go rather than a page per read.
-                readaheadEnd = Math.min(client.size(), Math.max(prefetchedEnd, end) + readahead);
+                readaheadEnd = Math.min(size, Math.max(prefetchedEnd, end) + readahead);
                 prefetchedEnd = (readaheadEnd + pageSize - 1) / pageSize * pageSize;
             }
         }
-        long lastWanted = Math.max(last, readaheadEnd > 0 ? (readaheadEnd - 1) / pageSize : last);
-        // One request covers each run of missing pages, the readahead included, rather than one per page.
-        List<CompletableFuture<ByteBuffer>> pagesFor = pages(first, lastWanted);
+        // One request covers each run of missing pages rather than one per page. The readahead is a request of
+        // its own: its failure (a lost extent of a pool, say) must not fail the read asked for.
+        List<CompletableFuture<ByteBuffer>> pagesFor = pages(first, last);
+        if (readaheadEnd > 0 && (readaheadEnd - 1) / pageSize > last) {
+            for (CompletableFuture<ByteBuffer> ahead : pages(last + 1, (readaheadEnd - 1) / pageSize)) {
+                ahead.exceptionally(e -> null); // a failed prefetch only costs a later miss
+            }
+        }
         List<CompletableFuture<Void>> parts = new ArrayList<>();
         for (long page = first; page <= last; page++) {
             long pageStart = page * pageSize;
@@ -71,10 +93,10 @@ final class ReadCache {
             parts.add(pagesFor.get((int) (page - first)).thenAccept(buf ->
                 dst.put(base + (int) (from - offset), buf, (int) (from - pageStart), (int) (to - from))));
         }
-        for (int i = (int) (last - first) + 1; i < pagesFor.size(); i++) {
-            pagesFor.get(i).exceptionally(e -> null); // a failed prefetch only costs a later miss
-        }
-        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
+        // A page may have come with a failed run that reached beyond this read (a prefetch joined while in
+        // flight): the range asked for is tried once more on its own, so that only its own failure fails it.
+        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new))
+            .exceptionallyCompose(e -> source.read(offset, dst));
     }
 
     /**
@@ -127,7 +149,7 @@ final class ReadCache {
         Run(long firstPage, long endPage, long startEpoch) {
             this.firstPage = firstPage;
             this.start = firstPage * pageSize;
-            this.length = (int) Math.min((endPage - firstPage) * pageSize, client.size() - start);
+            this.length = (int) Math.min((endPage - firstPage) * pageSize, size - start);
             this.startEpoch = startEpoch;
             for (long p = firstPage; p < endPage; p++) pageFutures.add(new CompletableFuture<>());
         }
@@ -136,7 +158,7 @@ final class ReadCache {
             ByteBuffer buf = ByteBuffer.allocateDirect(length);
             CompletableFuture<Void> read;
             try {
-                read = client.readUncached(start, buf.duplicate());
+                read = source.read(start, buf.duplicate());
             } catch (RuntimeException e) {
                 read = CompletableFuture.failedFuture(e);
             }
@@ -166,7 +188,11 @@ final class ReadCache {
         }
     }
 
-    synchronized void invalidate(long offset, long length) {
+    /**
+     * Forgets the pages of a range about to change. Call it before the change is sent and again when it
+     * completes: a fetch that overlapped either call is not kept.
+     */
+    public synchronized void invalidate(long offset, long length) {
         epoch++;
         if (length <= 0) return;
         long first = offset / pageSize;
