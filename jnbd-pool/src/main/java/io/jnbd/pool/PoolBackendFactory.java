@@ -11,19 +11,19 @@ import java.util.Set;
 
 /**
  * {@code pool:HOST:PORT,HOST:PORT,...,size=SIZE[,replicas=N][,extent=SIZE][,client=ID][,unit=N]
- * [,server-timeout=SECONDS][,recovery-rate=SIZE]}: a virtual disk over memory servers (docs/pool.md).
+ * [,server-timeout=SECONDS][,recovery-rate=SIZE][,cache=SIZE][,readahead=SIZE]}: a virtual disk over memory servers (docs/pool.md).
  */
 public final class PoolBackendFactory implements BackendFactory {
     @Override public String kind() { return "pool"; }
 
     @Override
     public String usage() {
-        return "pool:HOST:PORT,HOST:PORT,...,size=SIZE[,replicas=N][,extent=SIZE][,server-timeout=S][,recovery-rate=SIZE]";
+        return "pool:HOST:PORT,HOST:PORT,...,size=SIZE[,replicas=N][,extent=SIZE][,server-timeout=S][,recovery-rate=SIZE][,cache=SIZE][,readahead=SIZE]";
     }
 
     @Override
     public Set<String> options() {
-        return Set.of("size", "replicas", "extent", "client", "unit", "server-timeout", "recovery-rate", "candidates");
+        return Set.of("size", "replicas", "extent", "client", "unit", "server-timeout", "recovery-rate", "candidates", "cache", "readahead");
     }
 
     /** Each memory server is a HOST:PORT; the first comes after {@code pool:}, the others follow it. */
@@ -60,6 +60,6 @@ public final class PoolBackendFactory implements BackendFactory {
         int seconds = o.integer("server-timeout", 1, 3600, (int) PoolConfig.DEFAULT_SERVER_TIMEOUT.toSeconds());
         return new PoolConfig(servers, size, replicas, (int) extent, o.integer("client", 1, 0xFFFF, 0),
             o.integer("unit", 0, 0xFFFF, 0), Duration.ofSeconds(seconds), o.size("recovery-rate", PoolConfig.DEFAULT_RECOVERY_RATE),
-            o.integer("candidates", 1, 64, 2));
+            o.integer("candidates", 1, 64, 2), o.size("cache", 0), o.size("readahead", 0));
     }
 }

@@ -15,9 +15,11 @@ import java.util.List;
  * @param serverTimeout  a memory server that leaves a request unanswered this long is taken as lost
  * @param recoveryRate   bytes per second the background copying may use to restore N copies; 0 = unlimited
  * @param candidates     servers drawn at random for each placement, of which the least loaded wins (d)
+ * @param cacheSize      bytes of the client-side page cache (NMS: the client's LRU); 0, the default, for none
+ * @param readahead      bytes a sequential reader has fetched ahead into the cache (NMS prepaging); needs a cache
  */
 public record PoolConfig(List<String> servers, long size, int replicas, int extentSize, int client, int unit,
-                         Duration serverTimeout, long recoveryRate, int candidates) {
+                         Duration serverTimeout, long recoveryRate, int candidates, long cacheSize, long readahead) {
 
     public static final int DEFAULT_EXTENT = 4 << 20;
     public static final Duration DEFAULT_SERVER_TIMEOUT = Duration.ofSeconds(3);
@@ -39,30 +41,40 @@ public record PoolConfig(List<String> servers, long size, int replicas, int exte
         if (serverTimeout.isNegative() || serverTimeout.isZero()) throw new IllegalArgumentException("server timeout must be positive");
         if (recoveryRate < 0) throw new IllegalArgumentException("recovery rate must not be negative");
         if (candidates < 1) throw new IllegalArgumentException("candidates must be at least 1");
+        if (cacheSize < 0 || readahead < 0) throw new IllegalArgumentException("cache and readahead must not be negative");
+        if (readahead > 0 && cacheSize == 0) throw new IllegalArgumentException("readahead needs a cache (cache=SIZE)");
+        if (readahead > cacheSize / 2 && cacheSize > 0) {
+            throw new IllegalArgumentException("readahead must be at most half the cache, or it evicts what it fetched");
+        }
     }
 
     public static PoolConfig of(List<String> servers, long size, int replicas) {
-        return new PoolConfig(servers, size, replicas, DEFAULT_EXTENT, 0, 0, DEFAULT_SERVER_TIMEOUT, DEFAULT_RECOVERY_RATE, 2);
+        return new PoolConfig(servers, size, replicas, DEFAULT_EXTENT, 0, 0, DEFAULT_SERVER_TIMEOUT, DEFAULT_RECOVERY_RATE, 2, 0, 0);
     }
 
     public PoolConfig withExtentSize(int bytes) {
-        return new PoolConfig(servers, size, replicas, bytes, client, unit, serverTimeout, recoveryRate, candidates);
+        return new PoolConfig(servers, size, replicas, bytes, client, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead);
     }
 
     public PoolConfig withClient(int id) {
-        return new PoolConfig(servers, size, replicas, extentSize, id, unit, serverTimeout, recoveryRate, candidates);
+        return new PoolConfig(servers, size, replicas, extentSize, id, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead);
     }
 
     public PoolConfig withUnit(int u) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, u, serverTimeout, recoveryRate, candidates);
+        return new PoolConfig(servers, size, replicas, extentSize, client, u, serverTimeout, recoveryRate, candidates, cacheSize, readahead);
     }
 
     public PoolConfig withServerTimeout(Duration d) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, unit, d, recoveryRate, candidates);
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, d, recoveryRate, candidates, cacheSize, readahead);
     }
 
     public PoolConfig withRecoveryRate(long bytesPerSecond) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, bytesPerSecond, candidates);
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, bytesPerSecond, candidates, cacheSize, readahead);
+    }
+
+    /** A page cache of {@code bytes}, of which a sequential reader prefetches {@code ahead}. */
+    public PoolConfig withCache(long bytes, long ahead) {
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, recoveryRate, candidates, bytes, ahead);
     }
 
     public int extentCount() {

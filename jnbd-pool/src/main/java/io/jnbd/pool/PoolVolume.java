@@ -1,6 +1,7 @@
 package io.jnbd.pool;
 
 import io.jnbd.client.NbdErrorException;
+import io.jnbd.client.ReadCache;
 import io.jnbd.pool.memserver.SpaceName;
 import io.jnbd.protocol.Nbd;
 import java.io.IOException;
@@ -31,6 +32,8 @@ import org.slf4j.LoggerFactory;
 public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     private static final Logger log = LoggerFactory.getLogger(PoolVolume.class);
     private static final int READ_ATTEMPTS = 8;
+    /** The memory servers' page size (the GPI's page index counts these). */
+    private static final int CACHE_PAGE = 4096;
 
     private final PoolConfig config;
     private final long instance;
@@ -40,6 +43,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     private final Object[] placing = new Object[64];
     private final Placement placement;
     private final Recovery recovery;
+    /** The client's page cache and prefetch (cache=, readahead=); null without one, the default. */
+    private final ReadCache cache;
 
     private PoolVolume(PoolConfig config) {
         this.config = config;
@@ -54,6 +59,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         }
         this.placement = new Placement(links, config.candidates(), config.extentSize());
         this.recovery = new Recovery(this, config.recoveryRate());
+        this.cache = config.cacheSize() > 0
+            ? new ReadCache(this::readThrough, config.size(), config.cacheSize(), config.readahead(), CACHE_PAGE) : null;
     }
 
     /**
@@ -143,21 +150,37 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
 
     // ---- requests ----
 
+    /** Fills {@code dst} from its position to its limit; the position stays where it was. */
     public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
+        check(offset, dst.remaining());
+        if (cache == null || !dst.hasRemaining()) return readThrough(offset, dst);
+        return cache.read(offset, dst);
+    }
+
+    private CompletableFuture<Void> readThrough(long offset, ByteBuffer dst) {
         List<CompletableFuture<Void>> parts = new ArrayList<>();
         forEachExtent(offset, dst, (idx, pos, part) -> parts.add(readExtent(idx, pos, part)));
         return all(parts);
     }
 
+    /** Completes when every live replica of every extent the range touches has the data. */
     public CompletableFuture<Void> write(long offset, ByteBuffer src) {
         List<CompletableFuture<Void>> parts = new ArrayList<>();
+        int length = src.remaining();
+        if (cache != null) cache.invalidate(offset, length);
         forEachExtent(offset, src, (idx, pos, part) -> parts.add(writeExtent(idx, pos, part)));
-        return all(parts);
+        return afterChange(all(parts), offset, length);
+    }
+
+    /** The cache forgets a changed range again once the change is done: a fetch that overlapped it is not kept. */
+    private CompletableFuture<Void> afterChange(CompletableFuture<Void> change, long offset, long length) {
+        return cache == null ? change : change.whenComplete((v, e) -> cache.invalidate(offset, length));
     }
 
     /** Discards a range; the memory servers free the pages. An extent trimmed whole is unplaced, and reads as zeroes. */
     public CompletableFuture<Void> trim(long offset, long length) {
         check(offset, length);
+        if (cache != null) cache.invalidate(offset, length);
         List<CompletableFuture<Void>> parts = new ArrayList<>();
         long end = offset + length;
         for (long pos = offset; pos < end; ) {
@@ -166,7 +189,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
             parts.add(trimExtent(idx, pos, extentEnd - pos));
             pos = extentEnd;
         }
-        return all(parts);
+        return afterChange(all(parts), offset, length);
     }
 
     /** Every acknowledged write already is on every live replica: there is nothing more to make durable. */
@@ -407,6 +430,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
 
     private void lose(Extent e, String why) {
         if (!e.markLost()) return;
+        if (cache != null) cache.invalidate(e.start, extentLength(e));
         log.error("pool: extent {} (bytes {} to {}) is lost: {}; its reads and writes fail with EIO", e.index, e.start,
             e.start + extentLength(e) - 1, why);
     }

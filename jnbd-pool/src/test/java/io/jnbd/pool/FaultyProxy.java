@@ -8,6 +8,7 @@ import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.LongAdder;
 
 /**
  * A TCP proxy in front of a memory server that a test can break the way networks and machines break: hang it
@@ -21,6 +22,7 @@ final class FaultyProxy implements AutoCloseable {
     private volatile InetSocketAddress target;
     private volatile boolean hung, refusing, closed;
     private volatile long delayNanos;
+    private final LongAdder toClient = new LongAdder();
     private final Object gate = new Object();
 
     FaultyProxy(InetSocketAddress target) throws IOException {
@@ -80,15 +82,20 @@ final class FaultyProxy implements AutoCloseable {
                 SocketChannel server = SocketChannel.open(target);
                 open.add(client);
                 open.add(server);
-                Thread.ofVirtual().start(() -> pump(client, server));
-                Thread.ofVirtual().start(() -> pump(server, client));
+                Thread.ofVirtual().start(() -> pump(client, server, null));
+                Thread.ofVirtual().start(() -> pump(server, client, toClient));
             } catch (IOException e) {
                 closeQuietly(client); // the server behind is gone: as if this address refused
             }
         }
     }
 
-    private void pump(SocketChannel from, SocketChannel to) {
+    /** Bytes the server behind has sent its clients, replies and read data: what the pool fetched. */
+    long bytesToClients() {
+        return toClient.sum();
+    }
+
+    private void pump(SocketChannel from, SocketChannel to, LongAdder counted) {
         ByteBuffer buf = ByteBuffer.allocateDirect(64 * 1024);
         try {
             while (true) {
@@ -99,6 +106,7 @@ final class FaultyProxy implements AutoCloseable {
                 long d = delayNanos;
                 if (d > 0) Thread.sleep(Duration.ofNanos(d));
                 buf.flip();
+                if (counted != null) counted.add(buf.remaining());
                 while (buf.hasRemaining()) to.write(buf);
             }
         } catch (IOException | InterruptedException e) {

@@ -30,7 +30,7 @@ class PoolFaultTest {
     static final int EXTENT = 256 << 10;
 
     static PoolConfig config(TestCluster c, long size, int replicas) throws Exception {
-        return new PoolConfig(c.addresses(), size, replicas, EXTENT, 0, 0, TIMEOUT, 0, 2);
+        return new PoolConfig(c.addresses(), size, replicas, EXTENT, 0, 0, TIMEOUT, 0, 2, 0, 0);
     }
 
     static byte[] pattern(long seed, int n) {

@@ -69,6 +69,11 @@ final class TestCluster implements AutoCloseable {
         proxies.get(i).delay(perChunk);
     }
 
+    /** Bytes all servers have sent to their clients so far. */
+    long bytesToClients() {
+        return proxies.stream().mapToLong(FaultyProxy::bytesToClients).sum();
+    }
+
     void cut(int i) {
         proxies.get(i).cut();
     }
