@@ -470,6 +470,18 @@ def jnbd(exports, port=None, name="jnbd", extra=(), java_opts=None, root=ROOT):
     return Server(name, argv, port, env=env, cwd=tmpdir("jnbd-bench-jnbd-cwd."))
 
 
+def jnbd_memserver(memory, port=None, name="memserver", extra=(), root=ROOT):
+    """A `jnbd memserver` with `memory` (e.g. "2G") of RAM on 127.0.0.1:port."""
+    port = port or free_port()
+    argv = [os.path.join(root, "bin", "jnbd"), "memserver", "--listen", f"127.0.0.1:{port}", "--memory", str(memory),
+            *extra]
+    env = {"JNBD_NO_BUILD": "1"}
+    jh = jdk_home()
+    if jh:
+        env["JAVA_HOME"] = jh
+    return Server(name, argv, port, env=env, cwd=tmpdir("jnbd-bench-memserver-cwd."))
+
+
 # ---------------------------------------------------------------- fio
 
 # The fio matrix of issue 4, shared by bench/peers, bench/ab and bench/profile:
