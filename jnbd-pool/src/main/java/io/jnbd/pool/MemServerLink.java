@@ -170,7 +170,8 @@ final class MemServerLink {
     private void connect() throws IOException {
         InetSocketAddress resolved = new InetSocketAddress(address.getHostString(), address.getPort());
         if (resolved.isUnresolved()) throw new IOException("cannot resolve " + address.getHostString());
-        SpaceName space = identity.space();
+        // The session number lets the server refuse writes still queued from an earlier session of ours.
+        SpaceName space = identity.space().withSession(nextGeneration);
         ClientOptions options = ClientOptions.defaults().withConnectTimeout(timeout).withRequestTimeout(timeout)
             .withConnections(2);
         NbdClient data = NbdClient.connect(uri(resolved, space.exportName()), options);

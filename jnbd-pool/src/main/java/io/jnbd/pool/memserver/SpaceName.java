@@ -3,41 +3,54 @@ package io.jnbd.pool.memserver;
 import java.util.HexFormat;
 
 /**
- * The export name that opens one pool client's space on a memory server: {@code pool/CLIENT/UNIT/INSTANCE}
- * (see docs/decisions/0005-memory-pool.md). CLIENT and UNIT are the first two fields of the NMS global page
- * identifier; INSTANCE tells one run of the pool client from the next.
+ * The export name that opens one pool client's space on a memory server: {@code pool/CLIENT/UNIT/INSTANCE}, or
+ * {@code pool/CLIENT/UNIT/INSTANCE/SESSION} (see docs/decisions/0005-memory-pool.md). CLIENT and UNIT are the
+ * first two fields of the NMS global page identifier; INSTANCE tells one run of the pool client from the next;
+ * SESSION numbers that run's reconnections to this server, so that the server can fence off the connections
+ * of an older session (their queued writes must not land after the client has moved on).
  */
-public record SpaceName(int client, int unit, long instance) {
+public record SpaceName(int client, int unit, long instance, int session) {
     public static final String PREFIX = "pool/";
     /** 2^32 pages of 4 KiB: the page index of a global page identifier is the byte offset over 4 KiB. */
     public static final long SPACE_BYTES = 1L << 44;
 
+    public SpaceName(int client, int unit, long instance) {
+        this(client, unit, instance, 0);
+    }
+
     public SpaceName {
+        if (session < 0) throw new IllegalArgumentException("session must not be negative, not " + session);
         if (client < 1 || client > 0xFFFF) throw new IllegalArgumentException("client id must be 1 to 65535, not " + client);
         if (unit < 0 || unit > 0xFFFF) throw new IllegalArgumentException("unit must be 0 to 65535, not " + unit);
     }
 
     /**
-     * Exactly the form {@link #exportName()} writes: decimal ASCII digits without sign or leading zero, and 16
-     * lower-case hex digits. Anything else, {@code +7} or {@code 07} or another script's digits included, is no
+     * Exactly the form {@link #exportName()} writes: decimal ASCII digits without sign or leading zero, 16
+     * lower-case hex digits, and a session above 0 or none (session 0). Anything else, {@code +7} or {@code 07} or another script's digits included, is no
      * space (one space must have one name, or two clients could share it under two spellings).
      */
     private static final java.util.regex.Pattern FORM =
-        java.util.regex.Pattern.compile("pool/([1-9][0-9]{0,4})/(0|[1-9][0-9]{0,4})/([0-9a-f]{16})");
+        java.util.regex.Pattern.compile("pool/([1-9][0-9]{0,4})/(0|[1-9][0-9]{0,4})/([0-9a-f]{16})(?:/([1-9][0-9]{0,9}))?");
 
     /** The name, or null when {@code name} is not a well-formed space name. */
     public static SpaceName parse(String name) {
         var m = FORM.matcher(name);
         if (!m.matches()) return null;
         try {
-            return new SpaceName(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)), HexFormat.fromHexDigitsToLong(m.group(3)));
+            return new SpaceName(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)), HexFormat.fromHexDigitsToLong(m.group(3)),
+                m.group(4) == null ? 0 : Integer.parseInt(m.group(4)));
         } catch (IllegalArgumentException e) {
-            return null; // a client or unit above 65535
+            return null; // a client or unit above 65535, a session above 2^31-1
         }
     }
 
     public String exportName() {
-        return PREFIX + client + "/" + unit + "/" + HexFormat.of().toHexDigits(instance);
+        String name = PREFIX + client + "/" + unit + "/" + HexFormat.of().toHexDigits(instance);
+        return session == 0 ? name : name + "/" + session;
+    }
+
+    public SpaceName withSession(int s) {
+        return new SpaceName(client, unit, instance, s);
     }
 
     /** The key of this space in a {@link PageStore}. */

@@ -45,6 +45,8 @@ final class SpaceRegistry implements ExportRegistry {
         final long instance;
         final Map<Integer, SpaceBackend> spaces = new HashMap<>();
         int connections;
+        /** The newest session of this instance that has connected; writes of older ones are refused. */
+        volatile int latestSession;
         long lastDetachNanos;
         ScheduledFuture<?> expiry;
 
@@ -69,7 +71,7 @@ final class SpaceRegistry implements ExportRegistry {
         if (name.equals("status") || name.isEmpty()) return status;
         SpaceName s = SpaceName.parse(name);
         if (s == null) return null;
-        SpaceBackend backend;
+        Backend backend;
         synchronized (this) {
             Session session = sessions.get(s.client());
             if (session != null && session.instance != s.instance()) {
@@ -86,7 +88,14 @@ final class SpaceRegistry implements ExportRegistry {
                 session = new Session(s.client(), s.instance());
                 sessions.put(s.client(), session);
             }
-            backend = session.spaces.computeIfAbsent(s.unit(), u -> new SpaceBackend(store, s.space()));
+            if (s.session() < session.latestSession) {
+                throw new Refused("session " + s.session() + " of client " + s.client() + " is superseded by session "
+                    + session.latestSession);
+            }
+            session.latestSession = s.session();
+            SpaceBackend space = session.spaces.computeIfAbsent(s.unit(), u -> new SpaceBackend(store, s.space()));
+            Session owner = session;
+            backend = new FencedSpace(space, s.client(), s.session(), () -> owner.latestSession);
         }
         // A fresh export per connection: its description says how much is free now.
         return new Export(name, description.get(), backend, ExportTuning.defaultsFor(backend.traits()));

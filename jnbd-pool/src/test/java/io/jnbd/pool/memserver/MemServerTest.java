@@ -155,6 +155,30 @@ class MemServerTest {
     }
 
     @Test
+    void aNewerSessionFencesOffTheWritesOfAnOlderOneWhichCannotComeBack() throws Exception {
+        start(MemServer.Config.ofMemory(64L << 20));
+        SpaceName space = new SpaceName(9, 0, 5);
+        try (NbdClient old = open(space.withSession(1).exportName())) {
+            old.blocking().write(0, pattern(1, 4096), false);
+            try (NbdClient fresh = open(space.withSession(2).exportName())) {
+                // The old session's connection is still open (a server that hung and resumed reads what was
+                // queued on it): its writes and trims must not land once the client has come back.
+                assertThatThrownBy(() -> old.blocking().write(4096, pattern(2, 4096), false))
+                    .isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.ESHUTDOWN));
+                assertThatThrownBy(() -> old.blocking().trim(0, 4096, false))
+                    .isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.ESHUTDOWN));
+                ByteBuffer got = ByteBuffer.allocate(8192);
+                fresh.blocking().read(0, got);
+                byte[] expected = new byte[8192];
+                System.arraycopy(pattern(1, 4096).array(), 0, expected, 0, 4096);
+                assertThat(got.array()).as("the old session's data up to the new session, nothing after").isEqualTo(expected);
+                fresh.blocking().write(4096, pattern(3, 4096), false);
+                assertThatThrownBy(() -> open(space.withSession(1).exportName())).hasMessageContaining("superseded by session 2");
+            }
+        }
+    }
+
+    @Test
     void aFullServerAnswersEnospcAndKeepsWhatItHas() throws Exception {
         start(MemServer.Config.ofMemory(1L << 20));
         try (NbdClient a = open(space(9, 0, 1))) {
