@@ -1,8 +1,6 @@
 package io.jnbd.pool;
 
-import com.fasterxml.jackson.databind.DeserializationFeature;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.PropertyNamingStrategies;
+import io.jnbd.pool.memserver.StatusJson;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -48,21 +46,12 @@ public record PoolStatus(long size, int replicas, int extentSize, int client, in
             placed, below, lost, new Recovery(r.queued(), r.waiting(), r.extentsRestored(), r.bytesCopied(), r.rate()));
     }
 
-    private static final ObjectMapper JSON = new ObjectMapper()
-        .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
-        .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
-
     public byte[] toJson() {
-        try {
-            return JSON.writerWithDefaultPrettyPrinter().writeValueAsBytes(this);
-        } catch (IOException e) {
-            throw new IllegalStateException("a status record that does not serialise", e);
-        }
+        return StatusJson.write(this);
     }
 
+    /** Parses what the status export served: JSON, then padding. */
     public static PoolStatus parse(byte[] bytes) throws IOException {
-        int end = bytes.length;
-        while (end > 0 && (bytes[end - 1] == 0 || bytes[end - 1] == ' ' || bytes[end - 1] == '\n')) end--;
-        return JSON.readValue(bytes, 0, end, PoolStatus.class);
+        return StatusJson.read(bytes, PoolStatus.class);
     }
 }

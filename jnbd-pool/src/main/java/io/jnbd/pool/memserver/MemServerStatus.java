@@ -1,8 +1,5 @@
 package io.jnbd.pool.memserver;
 
-import com.fasterxml.jackson.databind.DeserializationFeature;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.PropertyNamingStrategies;
 import java.io.IOException;
 import java.util.List;
 
@@ -16,22 +13,12 @@ public record MemServerStatus(String server, String incarnation, long uptimeSeco
     /** One pool client's space. {@code graceLeftSeconds}: when its last connection went, how long until its data goes; else -1. */
     public record Client(int client, String instance, int connections, long bytes, double graceLeftSeconds) {}
 
-    private static final ObjectMapper JSON = new ObjectMapper()
-        .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
-        .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
-
     public byte[] toJson() {
-        try {
-            return JSON.writerWithDefaultPrettyPrinter().writeValueAsBytes(this);
-        } catch (IOException e) {
-            throw new IllegalStateException("a status record that does not serialise", e);
-        }
+        return StatusJson.write(this);
     }
 
     /** Parses what the status export served: JSON, then padding. */
     public static MemServerStatus parse(byte[] bytes) throws IOException {
-        int end = bytes.length;
-        while (end > 0 && (bytes[end - 1] == 0 || bytes[end - 1] == ' ' || bytes[end - 1] == '\n')) end--;
-        return JSON.readValue(bytes, 0, end, MemServerStatus.class);
+        return StatusJson.read(bytes, MemServerStatus.class);
     }
 }
