@@ -113,6 +113,17 @@ public final class ServeCommand implements Callable<Integer> {
             + "limit, net.core.somaxconn)")
     Integer backlog;
 
+    @Option(names = "--max-connections", paramLabel = "N", defaultValue = "16384",
+        description = "clients served at once; one more is told 'server has reached its limit' in its handshake "
+            + "and closed. An idle client costs a few KiB and no thread; each needs a file descriptor, so "
+            + "keep N under 'ulimit -n' (default ${DEFAULT-VALUE})")
+    int maxConnections;
+
+    @Option(names = "--operator-slots", paramLabel = "N", defaultValue = "4",
+        description = "connections allowed beyond --max-connections to clients on this host (loopback or a Unix "
+            + "socket), so that an operator's nbdinfo still gets through a full server (default ${DEFAULT-VALUE})")
+    int operatorSlots;
+
     @Option(names = "--busy-poll", paramLabel = "MICROS", defaultValue = "50",
         description = "poll a connection for up to this long before sleeping, when its client sends one request "
             + "at a time: halves the latency of small cached reads for a little CPU; 0 never polls (default ${DEFAULT-VALUE})")
@@ -245,6 +256,13 @@ public final class ServeCommand implements Callable<Integer> {
             err.println("jnbd serve: " + e.getMessage());
             return 2;
         }
+        if (maxConnections < 1 || operatorSlots < 0) {
+            opened.forEach(ServeCommand::closeQuietly);
+            err.println("jnbd serve: " + (maxConnections < 1 ? "--max-connections must be at least 1, not " + maxConnections
+                : "--operator-slots must be 0 or more, not " + operatorSlots));
+            return 2;
+        }
+        warnIfTooFewDescriptors(maxConnections + operatorSlots);
         ServerConfig cfg = ServerConfig.defaults()
             .withHandshakeTimeout(Duration.ofSeconds(handshakeTimeout))
             .withRequestsInFlight(requestsInFlight)
@@ -254,7 +272,9 @@ public final class ServeCommand implements Callable<Integer> {
             .withSendBuffer(sendBufferBytes)
             .withBufferBudget(ExportSpec.parseSize(bufferMemory))
             .withReceiveTimeout(receiveSeconds != null ? Duration.ofSeconds(receiveSeconds) : ServerConfig.DEFAULT_RECEIVE_TIMEOUT)
-            .withBacklog(backlogSize != null ? backlogSize : 0);
+            .withBacklog(backlogSize != null ? backlogSize : 0)
+            .withMaxConnections(maxConnections)
+            .withOperatorSlots(operatorSlots);
         NbdServer server = new NbdServer(registry, cfg);
         // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
         installSignalHandlers(server);
@@ -310,6 +330,30 @@ public final class ServeCommand implements Callable<Integer> {
 
     /** SIGINT and SIGTERM mean a clean stop with exit status 0, not the JVM's 130/143. */
     @SuppressWarnings("restriction")
+    /**
+     * Each client needs a file descriptor: with fewer than the limit asks for, accept fails once they run out
+     * and clients wait in the kernel's queue instead of being told why. The JVM raises its soft limit to the
+     * hard one at start, so what /proc shows now is all there is.
+     */
+    private void warnIfTooFewDescriptors(int connections) {
+        try {
+            for (String line : java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/self/limits"))) {
+                if (!line.startsWith("Max open files")) continue;
+                String soft = line.substring("Max open files".length()).strip().split("\\s+")[0];
+                if (soft.equals("unlimited")) return;
+                long limit = Long.parseLong(soft);
+                if (limit < connections + 256L) {
+                    org.slf4j.LoggerFactory.getLogger(ServeCommand.class).warn(
+                        "only {} file descriptors (ulimit -n): at most about {} clients can connect, not {}; "
+                            + "raise the limit or lower --max-connections", limit, Math.max(0, limit - 256), connections);
+                }
+                return;
+            }
+        } catch (java.io.IOException | RuntimeException e) {
+            // not Linux, or no /proc: nothing to check against
+        }
+    }
+
     private static void installSignalHandlers(NbdServer server) {
         for (String name : List.of("INT", "TERM")) {
             try {

@@ -7,7 +7,7 @@ import io.jnbd.server.Exports;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.backend.MemoryBackend;
-import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.io.NativeSocket;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.ByteBuffer;
@@ -71,7 +71,7 @@ class VirtualThreadCallerTest {
 
     /** The open file description's flags, as /proc/self/fdinfo shows them (octal). */
     private static int fileStatusFlags(SocketChannel ch) throws Exception {
-        int fd = NativeIo.socketFd(ch);
+        int fd = NativeSocket.fd(ch);
         assertThat(fd).as("the socket's descriptor").isNotNegative();
         for (String line : Files.readAllLines(Path.of("/proc/self/fdinfo/" + fd))) {
             if (line.startsWith("flags:")) return Integer.parseInt(line.substring(6).strip(), 8);

@@ -1,6 +1,6 @@
 package io.jnbd.server;
 
-import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.net.Transport;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -30,25 +30,26 @@ final class BusyPoll {
     private static final int MAX_POLLERS = Math.max(1, Runtime.getRuntime().availableProcessors() / 2);
     private static final AtomicInteger POLLERS = new AtomicInteger();
 
-    private final int fd;
+    /** The connection's transport, or null when polling is off. */
+    private final Transport transport;
     private final long limitNanos;
     private long meanGap;
     private int waits, misses, skip;
     private boolean afterLargePayload;
 
-    /** {@code fd}: the socket's descriptor (-1 disables polling); {@code limitNanos}: the longest poll, 0 disables. */
-    BusyPoll(int fd, long limitNanos) {
-        this.fd = limitNanos > 0 && NativeIo.AVAILABLE ? fd : -1;
+    /** {@code limitNanos}: the longest poll, 0 disables; so does a transport that cannot receive without waiting. */
+    BusyPoll(Transport transport, long limitNanos) {
+        this.transport = limitNanos > 0 && transport.canWaitForArrival() ? transport : null;
         this.limitNanos = limitNanos;
         this.meanGap = limitNanos / 4; // start by trying: a fresh connection is often a latency-bound one
     }
 
     /**
-     * Polls for bytes into {@code in}; returns what {@link NativeIo#recvWithoutWaiting} returned: bytes
-     * received, -1 at end of stream, or 0 when the caller should block in an ordinary read.
+     * Polls for bytes into {@code in}; returns what {@link Transport#receiveNow} returned: bytes received, -1
+     * at end of stream, or 0 when the caller should wait in an ordinary receive.
      */
     int poll(ByteBuffer in) throws IOException {
-        if (fd < 0 || afterLargePayload) return 0;
+        if (transport == null || afterLargePayload) return 0;
         boolean probe = ++waits % PROBE_EVERY == 0;
         if (!probe) {
             if (skip > 0) {
@@ -63,7 +64,7 @@ final class BusyPoll {
         }
         long start = 0, now = 0;
         try {
-            int n = NativeIo.recvWithoutWaiting(fd, in);
+            int n = transport.receiveNow(in);
             if (n != 0) {
                 learn(0); // already there: the caller's read would not have slept either
                 return n;
@@ -71,7 +72,7 @@ final class BusyPoll {
             start = now = System.nanoTime();
             do {
                 Thread.onSpinWait();
-                n = NativeIo.recvWithoutWaiting(fd, in);
+                n = transport.receiveNow(in);
                 if (n != 0) {
                     learn(System.nanoTime() - start);
                     misses = 0;

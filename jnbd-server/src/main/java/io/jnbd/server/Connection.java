@@ -12,12 +12,12 @@ import io.jnbd.server.backend.NbdErrors;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.NativeIo;
 import io.jnbd.server.io.Releasable;
+import io.jnbd.server.net.Transport;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.FileChannel;
-import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Semaphore;
@@ -47,10 +47,18 @@ final class Connection implements Runnable {
     /** A lone request up to this size does its disk I/O on this thread (see submit). */
     private static final int INLINE_DISK_MAX = 64 * 1024;
     private static final int CONNECTION_BUFFER_BYTES = 64 << 20;
+    /**
+     * How many readers may do blocking disk I/O on their own thread at once. A reader is a virtual thread, and
+     * a native disk call holds its carrier (one per CPU) for the whole call: past this many, the work goes to
+     * the I/O pool so that the carriers stay free for the other connections.
+     */
+    private static final Semaphore INLINE_DISK = new Semaphore(Math.max(1, Runtime.getRuntime().availableProcessors() / 2));
 
     private final NbdServer server;
-    private final SocketChannel channel;
+    private final Transport transport;
     private final String peer;
+    /** Set for a client the server has no room for: the handshake turns every option down with it. */
+    private final Handshake.Refusal refused;
     private final ConnectionStats stats = new ConnectionStats();
     private final int window;
     private final Semaphore inFlight;
@@ -68,10 +76,11 @@ final class Connection implements Runnable {
     /** Replies made on the reader thread during one batch; only the reader thread touches it. */
     private final List<ReplyWriter.Part> deferred = new ArrayList<>();
 
-    Connection(NbdServer server, SocketChannel channel, String peer) {
+    Connection(NbdServer server, Transport transport, String peer, Handshake.Refusal refused) {
         this.server = server;
-        this.channel = channel;
+        this.transport = transport;
         this.peer = peer;
+        this.refused = refused;
         this.window = server.config().requestsInFlight();
         this.inFlight = new Semaphore(window);
     }
@@ -91,11 +100,7 @@ final class Connection implements Runnable {
             abort();
             return;
         }
-        try {
-            channel.shutdownInput();
-        } catch (IOException ignored) {
-            // already closed
-        }
+        transport.shutdownInput();
     }
 
     /**
@@ -105,16 +110,12 @@ final class Connection implements Runnable {
      * be reused by another client's socket.
      */
     void abort() {
-        try {
-            channel.shutdownInput();
-        } catch (IOException ignored) {
-            // already shut down or closed
-        }
-        try {
-            channel.shutdownOutput();
-        } catch (IOException ignored) {
-            // already shut down or closed
-        }
+        transport.shutdown();
+    }
+
+    /** Whether this connection holds one of the server's connection slots (a refused one does not). */
+    boolean admitted() {
+        return refused == null;
     }
 
     /** How long the writer has been blocked in one write, in nanoseconds; 0 when it is not writing. */
@@ -139,7 +140,8 @@ final class Connection implements Runnable {
     public void run() {
         String end = "client disconnected";
         try {
-            session = new Handshake(channel, server.exports(), server::stopping).run();
+            session = new Handshake(transport, server.exports(),
+                () -> server.stopping() ? NbdServer.SHUTTING_DOWN : refused).run();
             if (session == null) {
                 log.debug("{}: handshake ended without an export", peer);
                 return;
@@ -165,13 +167,11 @@ final class Connection implements Runnable {
         } finally {
             if (transmitting) server.exports().detached(session.export(), peer);
             if (dropReason != null) end = dropReason;
-            try {
-                channel.close();
-            } catch (IOException ignored) {
-                // closing is best effort
-            }
+            if (intake != null) intake.release();
+            transport.close();
             server.connectionClosed(this);
             if (session != null) log.info("{}: disconnected from '{}' ({}): {}", peer, session.export().name(), end, stats);
+            else if (refused != null) log.debug("{}: refused ({}): {}", peer, refused.message(), end);
             else log.info("{}: {} during handshake", peer, end);
         }
     }
@@ -180,10 +180,10 @@ final class Connection implements Runnable {
     private String transmission() throws IOException, ProtocolException, InterruptedException {
         Backend backend = session.export().backend();
         RequestValidator validator = new RequestValidator(session);
-        writer = new ReplyWriter(channel, this::completed, this::abort);
+        writer = new ReplyWriter(transport, this::completed, this::abort);
         readerThread = Thread.currentThread();
-        Thread writerThread = Thread.ofPlatform().name("jnbd-writer-" + peer).daemon().start(writer);
-        intake = new Intake(channel, server.config().busyPoll().toNanos(), server.config().receiveTimeout());
+        Thread writerThread = Thread.ofVirtual().name("jnbd-writer-" + peer).start(writer);
+        intake = new Intake(transport, server.inputBuffers(), server.config().busyPoll().toNanos(), server.config().receiveTimeout());
         work = server.executorFor(backend);
         List<InFlight> batch = new ArrayList<>();
         // The budget may be held by this very batch's payloads: submit them before waiting for more.
@@ -372,6 +372,8 @@ final class Connection implements Runnable {
         BatchScheduler.Plan plan = session.export().scheduler().plan(requests);
         List<Runnable> tasks = new ArrayList<>(plan.ops().size());
         List<Runnable> inline = new ArrayList<>();
+        // Disk work worth doing here rather than on an I/O thread, if a slot is free (see INLINE_DISK).
+        List<Runnable> onThisThread = new ArrayList<>();
         for (BatchScheduler.Op op : plan.ops()) {
             List<InFlight> members = new ArrayList<>(op.members().size());
             for (Request r : op.members()) members.add(byRequest.get(r));
@@ -406,7 +408,7 @@ final class Connection implements Runnable {
                     // to the writer: two wake-ups fewer per request, and one writer per connection keeps
                     // threads from spinning on the file's inode lock. bench/ab, 1M writes at QD8 (22 Nov,
                     // 5 rounds): server CPU 0.33 -> 0.25 s/GB, throughput +6% (median).
-                    inline.add(() -> serve(op, members, backend));
+                    onThisThread.add(() -> serve(op, members, backend));
                     continue;
                 }
             }
@@ -421,10 +423,21 @@ final class Connection implements Runnable {
             // The connection's only request, and small (a client at queue depth 1): this thread would only
             // wait for its reply, so it does the disk I/O itself and spares the wake-up of an I/O thread,
             // which on an idle VM costs as much as a small O_DIRECT read.
-            inline.addAll(tasks);
+            onThisThread.addAll(tasks);
             tasks.clear();
         }
         inline.forEach(Runnable::run);
+        if (!onThisThread.isEmpty()) {
+            if (INLINE_DISK.tryAcquire()) {
+                try {
+                    onThisThread.forEach(Runnable::run);
+                } finally {
+                    INLINE_DISK.release();
+                }
+            } else {
+                tasks.addAll(0, onThisThread);
+            }
+        }
         flushDeferred();
         if (tasks.isEmpty()) return;
         if (plan.sequential()) {

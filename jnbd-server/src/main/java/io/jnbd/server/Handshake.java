@@ -9,13 +9,13 @@ import io.jnbd.protocol.OptionReplyHeader;
 import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Strings;
 import io.jnbd.server.backend.BlockSizes;
-import io.jnbd.server.io.Channels;
+import io.jnbd.server.net.Transport;
+import io.jnbd.server.net.Transports;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.function.BooleanSupplier;
+import java.util.function.Supplier;
 
 /**
  * The server side of fixed newstyle negotiation, from the greeting to the first transmission request.
@@ -27,28 +27,32 @@ final class Handshake {
     static final int MAX_OPTION_LENGTH = 64 * 1024;
     private static final int CONTEXT_ID_BASE_ALLOCATION = 1;
 
-    private final SocketChannel channel;
+    /** Why the server turns every option down, e.g. it is shutting down or has no room for this client. */
+    record Refusal(int reply, String message) {}
+
+    private final Transport transport;
     private final ExportRegistry exports;
-    private final BooleanSupplier shuttingDown;
+    private final Supplier<Refusal> refusal;
 
     private boolean noZeroes;
     private boolean structured;
     private String metaContextExport; // export name the last SET_META_CONTEXT selected base:allocation for
     private int metaContextId;
 
-    Handshake(SocketChannel channel, ExportRegistry exports, BooleanSupplier shuttingDown) {
-        this.channel = channel;
+    /** {@code refusal}: asked before each option; non-null turns the option down with that error. */
+    Handshake(Transport transport, ExportRegistry exports, Supplier<Refusal> refusal) {
+        this.transport = transport;
         this.exports = exports;
-        this.shuttingDown = shuttingDown;
+        this.refusal = refusal;
     }
 
     Session run() throws IOException, ProtocolException {
         ByteBuffer greeting = ByteBuffer.allocate(18);
         greeting.putLong(Nbd.NBDMAGIC).putLong(Nbd.IHAVEOPT).putShort((short) (Nbd.FLAG_FIXED_NEWSTYLE | Nbd.FLAG_NO_ZEROES)).flip();
-        Channels.writeFully(channel, greeting);
+        transport.send(greeting);
 
         ByteBuffer clientFlags = ByteBuffer.allocate(4);
-        if (!Channels.readFully(channel, clientFlags)) return null;
+        if (!Transports.receiveFully(transport, clientFlags)) return null;
         int flags = clientFlags.flip().getInt();
         if ((flags & ~(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES)) != 0) {
             throw new ProtocolException("unknown client flags 0x" + Integer.toHexString(flags));
@@ -58,13 +62,13 @@ final class Handshake {
         ByteBuffer header = ByteBuffer.allocate(Nbd.OPTION_HEADER_SIZE);
         while (true) {
             header.clear();
-            if (!Channels.readFully(channel, header)) return null;
+            if (!Transports.receiveFully(transport, header)) return null;
             OptionHeader opt = OptionHeader.decode(header.flip());
             if (opt.length() > MAX_OPTION_LENGTH) {
                 throw new ProtocolException("option " + Nbd.optionName(opt.option()) + " claims " + opt.length() + " bytes");
             }
             ByteBuffer data = ByteBuffer.allocate((int) opt.length());
-            Channels.readExactly(channel, data);
+            Transports.receiveExactly(transport, data);
             data.flip();
             Session s = option(opt.option(), data);
             if (s != null) return s;
@@ -74,9 +78,10 @@ final class Handshake {
 
     /** Handles one option; returns a session when it ends the handshake. */
     private Session option(int option, ByteBuffer data) throws IOException, ProtocolException {
-        if (shuttingDown.getAsBoolean() && option != Nbd.OPT_ABORT) {
-            if (option == Nbd.OPT_EXPORT_NAME) throw new ProtocolException("server is shutting down");
-            reply(option, Nbd.REP_ERR_SHUTDOWN, "server is shutting down");
+        Refusal no = option == Nbd.OPT_ABORT ? null : refusal.get();
+        if (no != null) {
+            if (option == Nbd.OPT_EXPORT_NAME) throw new ProtocolException(no.message()); // cannot carry an error
+            reply(option, no.reply(), no.message());
             return null;
         }
         switch (option) {
@@ -94,7 +99,7 @@ final class Handshake {
                 ByteBuffer out = ByteBuffer.allocate(noZeroes ? 10 : 134);
                 out.putLong(export.backend().size()).putShort((short) session.transmissionFlags());
                 if (!noZeroes) out.put(new byte[124]);
-                Channels.writeFully(channel, out.flip());
+                transport.send(out.flip());
                 return session;
             }
             case Nbd.OPT_ABORT -> {
@@ -247,6 +252,6 @@ final class Handshake {
     private void reply(int option, int type, ByteBuffer payload) throws IOException {
         ByteBuffer h = ByteBuffer.allocate(Nbd.OPTION_REPLY_HEADER_SIZE);
         OptionReplyHeader.encode(h, option, type, payload.remaining());
-        Channels.writeFully(channel, new ByteBuffer[] {h.flip(), payload});
+        transport.send(h.flip(), payload);
     }
 }

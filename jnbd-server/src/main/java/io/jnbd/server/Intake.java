@@ -4,17 +4,19 @@ import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Request;
 import io.jnbd.server.io.BufferPool;
-import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.io.InputBuffers;
+import io.jnbd.server.net.Transport;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 
 /**
- * What one connection receives in the transmission phase: request headers and write payloads, from the socket
- * into its input buffer and into buffers of the server's pool.
+ * What one connection receives in the transmission phase: request headers and write payloads, from its
+ * transport into an input buffer and into buffers of the server's pool.
  *
- * <p>Two rules keep a client from holding what other clients need. A payload's buffers are leased piece by
+ * <p>Three rules keep a client from holding what other clients need. The input buffer is lent from a shared
+ * pool only while there is something to read: a connection idle between requests, or waiting for the rest of
+ * a header, gives it back (the few header bytes it has are kept aside). A payload's buffers are leased piece by
  * piece, each only once that piece's bytes have arrived (until then they wait in the kernel's socket buffer),
  * so a client that announces a large write and sends little of it holds nothing of the pool. And a client that
  * stops sending in the middle of a request, a header or a payload, shows in {@link #stalledNanos}, which the
@@ -22,18 +24,18 @@ import java.nio.channels.SocketChannel;
  * nbd connections sit idle for hours), nor does time this thread spends waiting for the server: for a buffer,
  * for a permit of the window.
  *
- * <p>Three rules for speed. One read takes in every request the client has sent so far. After a large payload
- * only the next header is read, so that the payload likely behind it goes from the socket straight into its
- * own buffer instead of being copied twice. Large payloads are read with the socket's receive low-water mark
- * raised to the piece, so the kernel wakes this thread once per piece instead of once per segment: those
+ * <p>Three rules for speed. One receive takes in every request the client has sent so far. After a large
+ * payload only the next header is read, so that the payload likely behind it goes from the socket straight
+ * into its own buffer instead of being copied twice. Large payloads are received with the socket's low-water
+ * mark raised to the piece, so the kernel wakes this thread once per piece instead of once per segment: those
  * wake-ups are paid for by the client's sending thread, which sets the pace of a stream of large writes.
  */
 final class Intake {
-    private static final int INPUT_BUFFER = 256 * 1024;
     /** Payloads from this size are received piece by piece, with a raised low-water mark; smaller ones through the input buffer. */
     static final int LARGE_PAYLOAD = 128 * 1024;
     /** The largest piece of a payload, and the most the low-water mark is raised to. */
     static final int PIECE = 1 << 20;
+    private static final ByteBuffer NONE = ByteBuffer.allocateDirect(0);
 
     /** Hands out a pool buffer of {@code size} bytes, waiting for the budget if it must. */
     interface Leaser {
@@ -45,26 +47,32 @@ final class Intake {
         void accept(long offsetInPayload, BufferPool.Lease piece);
     }
 
-    private final SocketChannel channel;
-    /** The socket's descriptor for native calls, or -1 to use the channel's blocking reads only. */
-    private final int socketFd;
+    private interface Receiver {
+        int receive(ByteBuffer into) throws IOException;
+    }
+
+    private final Transport transport;
+    private final InputBuffers inputs;
     private final BusyPoll poll;
     /**
      * How long a wait on a raised low-water mark lasts before the socket is asked directly (see awaitArrival):
      * well inside the receive timeout, so that a client sending slowly shows its progress in time.
      */
     private final int checkMillis;
-    private final ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER).limit(0);
+    /** Received and not yet parsed, position to limit; {@link #NONE} while no buffer is lent. */
+    private ByteBuffer in = NONE;
+    /** The start of a header kept aside while the input buffer is given back. */
+    private final byte[] carried = new byte[Nbd.REQUEST_SIZE];
+    private int carriedLength;
     /** Set after a header announcing a large payload: the next read of the input buffer takes one header only. */
     private boolean headerOnly;
-    private int lowWater = 1;
     /** System.nanoTime() since which this thread has waited for the client in the middle of a request, or 0. */
     private volatile long waitingSince;
 
-    Intake(SocketChannel channel, long busyPollNanos, java.time.Duration receiveTimeout) {
-        this.channel = channel;
-        this.socketFd = NativeIo.socketFd(channel);
-        this.poll = new BusyPoll(socketFd, busyPollNanos);
+    Intake(Transport transport, InputBuffers inputs, long busyPollNanos, java.time.Duration receiveTimeout) {
+        this.transport = transport;
+        this.inputs = inputs;
+        this.poll = new BusyPoll(transport, busyPollNanos);
         this.checkMillis = (int) Math.clamp(receiveTimeout.toMillis() / 4, 10, 1000);
     }
 
@@ -82,17 +90,34 @@ final class Intake {
      * busy-poll first (see BusyPoll), worth it only when no request of this connection is being served.
      */
     boolean fill(boolean mayPoll) throws IOException {
-        in.compact();
-        if (headerOnly) in.limit(Nbd.REQUEST_SIZE); // compact moved what is left of a header to 0
-        boolean midRequest = in.position() > 0;
-        int n = mayPoll ? poll.poll(in) : 0;
-        if (n == 0) n = read(midRequest);
-        in.flip();
-        if (n < 0) {
-            if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");
-            return false;
+        if (mayPoll && in != NONE && !in.hasRemaining()) {
+            int n = fillWith(poll::poll);
+            if (n != 0) return n > 0 || endOfStream();
         }
-        return true;
+        while (true) {
+            boolean midRequest = in.hasRemaining() || carriedLength > 0;
+            if (midRequest && !transport.canWaitForArrival()) {
+                int n = fillWith(b -> receive(b, true));
+                return n > 0 || endOfStream();
+            }
+            // Less than a header is here (else the caller would have parsed it): wait holding no buffer.
+            putAside();
+            waitingSince = midRequest ? System.nanoTime() : 0;
+            try {
+                transport.awaitReadable(0);
+            } finally {
+                waitingSince = 0;
+            }
+            int n = fillWith(transport::receiveNow);
+            if (n != 0) return n > 0 || endOfStream();
+        }
+    }
+
+    /** Gives the input buffer back when the connection stops, and whenever it waits with nothing to parse. */
+    void release() {
+        if (in == NONE) return;
+        inputs.give(in);
+        in = NONE;
     }
 
     /**
@@ -130,7 +155,7 @@ final class Intake {
                 done += size;
             }
         } finally {
-            // A blocking read on a raised mark could wait for bytes the client does not owe.
+            // A receive on a raised mark could wait for bytes the client does not owe.
             resetLowWater();
         }
     }
@@ -140,13 +165,15 @@ final class Intake {
         int buffered = (int) Math.min(in.remaining(), length);
         in.position(in.position() + buffered);
         long left = length - buffered;
+        if (left == 0) return;
+        lend();
         while (left > 0) {
             in.clear().limit((int) Math.min(in.capacity(), left));
-            int n = read(true);
+            int n = receive(in, true);
             if (n < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
             left -= n;
         }
-        if (buffered < length) in.position(0).limit(0);
+        in.position(0).limit(0);
     }
 
     /** How long the client has kept this connection waiting in the middle of a request, in nanoseconds; 0 if it has not. */
@@ -155,11 +182,42 @@ final class Intake {
         return since == 0 ? 0 : now - since;
     }
 
-    /** A blocking read into the input buffer; {@code forClient}: the bytes are owed (a request has begun). */
-    private int read(boolean forClient) throws IOException {
+    private boolean endOfStream() throws EOFException {
+        if (in.hasRemaining()) throw new EOFException("peer closed the connection in the middle of a request");
+        return false;
+    }
+
+    /** Makes room behind the unparsed bytes, receives into it with {@code r}, and returns what {@code r} did. */
+    private int fillWith(Receiver r) throws IOException {
+        lend();
+        in.compact();
+        if (headerOnly) in.limit(Nbd.REQUEST_SIZE); // compact moved what is left of a header to 0
+        int n = r.receive(in);
+        in.flip();
+        return n;
+    }
+
+    /** Makes sure a buffer is lent, holding what was put aside. */
+    private void lend() {
+        if (in != NONE) return;
+        in = inputs.take();
+        in.put(carried, 0, carriedLength).flip();
+        carriedLength = 0;
+    }
+
+    /** Keeps the unparsed bytes (less than a header) aside and gives the buffer back. */
+    private void putAside() {
+        if (in == NONE) return;
+        carriedLength = in.remaining();
+        in.get(carried, 0, carriedLength);
+        release();
+    }
+
+    /** A receive that waits; {@code forClient}: the bytes are owed (a request has begun). */
+    private int receive(ByteBuffer into, boolean forClient) throws IOException {
         waitingSince = forClient ? System.nanoTime() : 0;
         try {
-            return channel.read(in);
+            return transport.receive(into);
         } finally {
             waitingSince = 0;
         }
@@ -167,9 +225,7 @@ final class Intake {
 
     /** More of a small payload into the input buffer, which has room: such a payload is under half its size. */
     private void readMorePayload() throws IOException {
-        in.compact();
-        int n = read(true);
-        in.flip();
+        int n = fillWith(b -> receive(b, true));
         if (n < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
     }
 
@@ -179,14 +235,14 @@ final class Intake {
      * also covers a wake-up the kernel might not give.
      */
     private void awaitArrival(int bytes) throws IOException {
-        if (bytes <= 0 || socketFd < 0) return;
+        if (bytes <= 0 || !transport.canWaitForArrival()) return;
         int want = Math.min(bytes, PIECE);
-        setLowWater(want);
+        transport.lowWater(want);
         waitingSince = System.nanoTime();
         try {
             int queued = 0;
-            while (!NativeIo.waitReadable(socketFd, checkMillis)) {
-                int now = NativeIo.bytesQueued(socketFd);
+            while (!transport.awaitReadable(checkMillis)) {
+                int now = transport.pending();
                 if (now >= want) return;
                 if (now > queued) waitingSince = System.nanoTime();
                 queued = now;
@@ -196,27 +252,27 @@ final class Intake {
         }
     }
 
-    /** Fills {@code dst} from the socket: non-blocking receives, waiting on the low-water mark between them. */
+    /** Fills {@code dst} from the socket: receives that do not wait, waiting on the low-water mark between them. */
     private void receiveRest(ByteBuffer dst) throws IOException {
         waitingSince = System.nanoTime();
         try {
-            if (socketFd < 0) {
+            if (!transport.canWaitForArrival()) {
                 while (dst.hasRemaining()) {
-                    if (channel.read(dst) < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
+                    if (transport.receive(dst) < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
                     waitingSince = System.nanoTime();
                 }
                 return;
             }
             while (dst.hasRemaining()) {
-                int n = NativeIo.recvWithoutWaiting(socketFd, dst);
+                int n = transport.receiveNow(dst);
                 if (n < 0) throw new EOFException("peer closed the connection in the middle of a write payload");
                 if (n > 0) {
                     waitingSince = System.nanoTime();
                     continue;
                 }
                 // Never above what is still to come: the wait would be for bytes the client does not owe.
-                setLowWater(Math.min(dst.remaining(), PIECE));
-                NativeIo.waitReadable(socketFd, checkMillis);
+                transport.lowWater(Math.min(dst.remaining(), PIECE));
+                transport.awaitReadable(checkMillis);
             }
         } finally {
             waitingSince = 0;
@@ -225,15 +281,9 @@ final class Intake {
 
     private void resetLowWater() {
         try {
-            setLowWater(1);
+            transport.lowWater(1);
         } catch (IOException e) {
-            lowWater = -1; // the socket is going away; a failure to reset must not hide why
+            // the socket is going away; a failure to reset must not hide why
         }
-    }
-
-    private void setLowWater(int bytes) throws IOException {
-        if (bytes == lowWater || socketFd < 0) return;
-        NativeIo.setReceiveLowWater(socketFd, bytes);
-        lowWater = bytes;
     }
 }

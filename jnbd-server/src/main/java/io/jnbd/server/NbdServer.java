@@ -4,6 +4,9 @@ import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.io.BufferPool;
+import io.jnbd.server.io.InputBuffers;
+import io.jnbd.server.net.Transport;
+import io.jnbd.server.net.Transports;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
@@ -29,8 +32,9 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * An NBD server: listeners on TCP and Unix sockets, a thread per connection, a shared pool of I/O threads
- * for backend calls, and one buffer pool for block data.
+ * An NBD server: listeners on TCP and Unix sockets, a virtual thread per connection (and one for its
+ * replies), a shared pool of I/O threads for backend calls, and one buffer pool for block data. See
+ * docs/decisions/0006-virtual-thread-engine.md for why virtual threads rather than an event loop.
  *
  * <pre>{@code
  * var exports = new Exports(List.of(new Export("scratch", "", new MemoryBackend(1L << 30))), null);
@@ -46,6 +50,8 @@ public final class NbdServer implements AutoCloseable {
     private final ExportRegistry exports;
     private final ServerConfig config;
     private final BufferPool buffers;
+    /** Receive buffers, lent to connections only while they have bytes to parse. */
+    private final InputBuffers inputs = new InputBuffers(256 * 1024, 64);
     private final ExecutorService io;
     /**
      * A virtual thread per call for backends whose calls wait on other machines: a request waiting for a slow
@@ -56,6 +62,12 @@ public final class NbdServer implements AutoCloseable {
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<Path> unixPaths = new ArrayList<>();
     private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
+    /** Connections holding a slot of {@link ServerConfig#maxConnections()} (refused ones do not). */
+    private final java.util.concurrent.atomic.AtomicInteger admitted = new java.util.concurrent.atomic.AtomicInteger();
+    /** Clients over the limit being told so in their handshake; more than {@link #MAX_REFUSING} are just closed. */
+    private final java.util.concurrent.atomic.AtomicInteger refusing = new java.util.concurrent.atomic.AtomicInteger();
+    private static final int MAX_REFUSING = 256;
+    static final Handshake.Refusal SHUTTING_DOWN = new Handshake.Refusal(Nbd.REP_ERR_SHUTDOWN, "server is shutting down");
     private final AtomicLong connectionIds = new AtomicLong();
     private final ServerStats stats = new ServerStats();
     private volatile boolean stopping;
@@ -82,6 +94,7 @@ public final class NbdServer implements AutoCloseable {
     ExportRegistry exports() { return exports; }
     ServerConfig config() { return config; }
     BufferPool buffers() { return buffers; }
+    InputBuffers inputBuffers() { return inputs; }
 
     /** Where calls of {@code backend} run: on virtual threads if it is {@link Backend.Trait#REMOTE}, else the I/O pool. */
     java.util.concurrent.Executor executorFor(Backend backend) {
@@ -182,9 +195,10 @@ public final class NbdServer implements AutoCloseable {
                 continue;
             }
             String peer = peerName(ch);
-            if (connections.size() >= config.maxConnections()) {
-                log.warn("{}: refused, already {} connections", peer, connections.size());
-                closeQuietly(ch);
+            Handshake.Refusal refusal = admit(ch, peer);
+            if (refusal != null && refusing.incrementAndGet() > MAX_REFUSING) {
+                refusing.decrementAndGet();
+                closeQuietly(ch); // a flood: telling each one why would cost more than it is worth
                 continue;
             }
             try {
@@ -196,20 +210,63 @@ public final class NbdServer implements AutoCloseable {
             } catch (IOException ignored) {
                 // the options are optimisations only
             }
-            Connection c = new Connection(this, ch, peer);
+            Transport transport;
+            try {
+                transport = Transports.plain(ch);
+            } catch (IOException e) {
+                log.warn("{}: {}", peer, e.toString());
+                closeQuietly(ch);
+                release(refusal);
+                continue;
+            }
+            Connection c = new Connection(this, transport, peer, refusal);
             connections.add(c);
             if (stopping) {
                 c.abort();
-                connections.remove(c);
+                transport.close();
+                connectionClosed(c);
                 return;
             }
             timers.schedule(() -> {
                 if (!c.inTransmission() && connections.contains(c)) {
-                    log.info("{}: handshake not finished within {}s, closing", peer, config.handshakeTimeout().toSeconds());
+                    if (c.admitted()) log.info("{}: handshake not finished within {}s, closing", peer, config.handshakeTimeout().toSeconds());
                     c.abort();
                 }
             }, config.handshakeTimeout().toMillis(), TimeUnit.MILLISECONDS);
-            Thread.ofPlatform().name("jnbd-conn-" + peer).daemon().start(c);
+            Thread.ofVirtual().name("jnbd-conn-" + peer).start(c);
+        }
+    }
+
+    /**
+     * Takes a connection slot for a new client, or says why there is none. Beyond the limit a few slots are
+     * kept for clients on this host (loopback or a Unix socket), so that an operator's nbdinfo still gets
+     * through when remote clients have taken every slot.
+     */
+    private Handshake.Refusal admit(SocketChannel ch, String peer) {
+        int limit = config.maxConnections();
+        int n = admitted.incrementAndGet();
+        if (n <= limit) return null;
+        if (n <= limit + config.operatorSlots() && fromThisHost(ch)) {
+            log.info("{}: admitted to a slot kept for local operators ({} connections, limit {})", peer, n, limit);
+            return null;
+        }
+        admitted.decrementAndGet();
+        if (n == limit + 1 || n % 1000 == 0) log.warn("{}: refused: already {} connections (--max-connections {})", peer, n - 1, limit);
+        return new Handshake.Refusal(Nbd.REP_ERR_POLICY,
+            "server has reached its limit of " + limit + " connections; try again later");
+    }
+
+    private void release(Handshake.Refusal refusal) {
+        if (refusal == null) admitted.decrementAndGet();
+        else refusing.decrementAndGet();
+    }
+
+    private static boolean fromThisHost(SocketChannel ch) {
+        try {
+            SocketAddress a = ch.getRemoteAddress();
+            return !(a instanceof InetSocketAddress inet) || inet.getAddress().isLoopbackAddress();
+        } catch (IOException e) {
+            return false;
         }
     }
 
@@ -248,8 +305,10 @@ public final class NbdServer implements AutoCloseable {
     }
 
     void connectionClosed(Connection c) {
-        connections.remove(c);
+        if (connections.remove(c)) release(c.admitted() ? null : REFUSED);
     }
+
+    private static final Handshake.Refusal REFUSED = new Handshake.Refusal(0, "");
 
     /** Logs throughput and the request state histograms every {@code interval}. */
     public void reportStatsEvery(Duration interval) {
@@ -279,9 +338,14 @@ public final class NbdServer implements AutoCloseable {
         return out;
     }
 
-    /** Number of open connections (in handshake or transmission). */
+    /** Number of open connections holding a slot (in handshake or transmission); clients being refused are not counted. */
     public int connectionCount() {
-        return connections.size();
+        return admitted.get();
+    }
+
+    /** Receive buffers lent to connections right now (0 when every connection is idle). */
+    public int inputBuffersInUse() {
+        return inputs.inUse();
     }
 
     /**

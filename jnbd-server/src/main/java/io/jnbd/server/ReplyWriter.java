@@ -1,12 +1,10 @@
 package io.jnbd.server;
 
-import io.jnbd.server.io.NativeIo;
 import io.jnbd.server.io.Releasable;
-import io.jnbd.server.io.Channels;
+import io.jnbd.server.net.Transport;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
-import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.ArrayDeque;
@@ -49,9 +47,7 @@ final class ReplyWriter implements Runnable {
 
     private static final Part END = Part.of(ByteBuffer.allocate(0), null);
 
-    private final SocketChannel channel;
-    /** The socket's descriptor for native sendfile with MSG_MORE, or -1 to use the JDK's transferTo. */
-    private final int socketFd;
+    private final Transport transport;
     /** Parts waiting for the writer thread, in wire order. Guarded by queueLock. */
     private final ArrayDeque<Part> queue = new ArrayDeque<>();
     private final ReentrantLock queueLock = new ReentrantLock();
@@ -68,9 +64,8 @@ final class ReplyWriter implements Runnable {
      */
     private final ReentrantLock socketLock = new ReentrantLock();
 
-    ReplyWriter(SocketChannel channel, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
-        this.channel = channel;
-        this.socketFd = NativeIo.socketFd(channel);
+    ReplyWriter(Transport transport, Consumer<InFlight> onRequestCompleted, Runnable onFailure) {
+        this.transport = transport;
         this.onRequestCompleted = onRequestCompleted;
         this.onFailure = onFailure;
     }
@@ -148,7 +143,7 @@ final class ReplyWriter implements Runnable {
      * hand-off to the writer.
      */
     void sendFromWorker(Part part) {
-        if (socketFd < 0 || part.file != null || failed || !socketLock.tryLock()) {
+        if (!transport.canSendNow() || part.file != null || failed || !socketLock.tryLock()) {
             send(part);
             return;
         }
@@ -160,7 +155,7 @@ final class ReplyWriter implements Runnable {
             if (part.completes != null) part.completes.timing.queued = System.nanoTime();
             ByteBuffer[] bufs = part.data == null ? new ByteBuffer[] {part.header} : new ByteBuffer[] {part.header, part.data};
             try {
-                NativeIo.sendWithoutWaiting(socketFd, bufs);
+                transport.sendNow(bufs);
             } catch (IOException e) {
                 fail(new ArrayList<>(List.of(part)));
                 return;
@@ -281,21 +276,15 @@ final class ReplyWriter implements Runnable {
                     sent = i;
                     return true;
                 }
-                if (p.file != null && p.fileFd >= 0 && socketFd >= 0) {
+                if (p.file != null) {
                     flush(gather);
-                    NativeIo.sendHeaderAndFile(socketFd, p.header, p.fileFd, p.filePosition, p.fileLength);
+                    transport.sendFile(p.header, p.file, p.fileFd, p.filePosition, p.fileLength);
                     complete(batch, sent, i + 1);
                     sent = i + 1;
                     continue;
                 }
                 gather.add(p.header);
                 if (p.data != null) gather.add(p.data);
-                if (p.file != null) {
-                    flush(gather);
-                    Channels.transferFully(p.file, p.filePosition, p.fileLength, channel);
-                    complete(batch, sent, i + 1);
-                    sent = i + 1;
-                }
             }
             flush(gather);
             complete(batch, sent, batch.size());
@@ -317,7 +306,7 @@ final class ReplyWriter implements Runnable {
 
     private void flush(List<ByteBuffer> gather) throws IOException {
         if (gather.isEmpty()) return;
-        Channels.writeFully(channel, gather.toArray(ByteBuffer[]::new));
+        transport.send(gather.toArray(ByteBuffer[]::new));
         gather.clear();
     }
 }

@@ -6,7 +6,7 @@ import java.time.Duration;
  * Tunables of a server; every field has a default that suits a small machine.
  *
  * @param handshakeTimeout  a client that has not reached transmission by then is disconnected
- * @param maxConnections    connections beyond this are refused at accept
+ * @param maxConnections    clients beyond this are refused: told so in the handshake (NBD_REP_ERR_POLICY), then closed
  * @param requestsInFlight  per-connection window of requests being served at once
  * @param bufferBudget      bytes of block-data buffers all connections together may hold
  * @param maxPayload        the largest read or write payload accepted (advertised in NBD_INFO_BLOCK_SIZE)
@@ -22,11 +22,13 @@ import java.time.Duration;
  *                          nothing more for this long is dropped, giving back what it holds; a client idle
  *                          between requests is never dropped
  * @param backlog           the listen backlog; 0 takes the system's limit ({@code net.core.somaxconn})
+ * @param operatorSlots     connections allowed beyond maxConnections to clients on this host (loopback, Unix
+ *                          socket), so that an operator can still look at a full server
  */
 public record ServerConfig(Duration handshakeTimeout, int maxConnections, int requestsInFlight,
                            long bufferBudget, int maxPayload, long writeDiscardLimit, int ioThreads,
                            Duration sendTimeout, Duration busyPoll, int sendBuffer, Duration receiveTimeout,
-                           int backlog) {
+                           int backlog, int operatorSlots) {
 
     /** {@code sendBuffer}: the kernel sizes every connection's send buffer (its autotuning). */
     public static final int SEND_BUFFER_KERNEL = 0;
@@ -46,6 +48,8 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
         if (sendBuffer < SEND_BUFFER_AUTO) throw new IllegalArgumentException("send buffer must be a size, auto or kernel");
         if (receiveTimeout.isNegative() || receiveTimeout.isZero()) throw new IllegalArgumentException("receive timeout must be positive");
         if (backlog < 0) throw new IllegalArgumentException("backlog must be 0 (the system's limit) or positive");
+        if (maxConnections < 1) throw new IllegalArgumentException("max connections must be at least 1");
+        if (operatorSlots < 0) throw new IllegalArgumentException("operator slots must be 0 or more");
     }
 
     /**
@@ -65,8 +69,16 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
     public static final Duration DEFAULT_RECEIVE_TIMEOUT = Duration.ofSeconds(30);
 
     public static ServerConfig defaults() {
-        return new ServerConfig(Duration.ofSeconds(10), 1024, 64, 256L << 20, 1 << 25, 256L << 20, 32, Duration.ofSeconds(60), Duration.ofNanos(50_000),
-            SEND_BUFFER_AUTO, DEFAULT_RECEIVE_TIMEOUT, 0);
+        return new ServerConfig(Duration.ofSeconds(10), DEFAULT_MAX_CONNECTIONS, 64, 256L << 20, 1 << 25, 256L << 20, 32, Duration.ofSeconds(60), Duration.ofNanos(50_000),
+            SEND_BUFFER_AUTO, DEFAULT_RECEIVE_TIMEOUT, 0, DEFAULT_OPERATOR_SLOTS);
+    }
+
+    /** Room for a diskless site's thousands of clients; an idle connection costs a few KiB (see bench/conns). */
+    public static final int DEFAULT_MAX_CONNECTIONS = 16384;
+    public static final int DEFAULT_OPERATOR_SLOTS = 4;
+
+    public ServerConfig withOperatorSlots(int n) {
+        return change(c -> c.operatorSlots = n);
     }
 
     public ServerConfig withHandshakeTimeout(Duration d) {
@@ -120,7 +132,7 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
 
     private static final class Copy {
         Duration handshakeTimeout, sendTimeout, busyPoll, receiveTimeout;
-        int maxConnections, requestsInFlight, maxPayload, ioThreads, sendBuffer, backlog;
+        int maxConnections, requestsInFlight, maxPayload, ioThreads, sendBuffer, backlog, operatorSlots;
         long bufferBudget, writeDiscardLimit;
 
         Copy(ServerConfig c) {
@@ -136,11 +148,12 @@ public record ServerConfig(Duration handshakeTimeout, int maxConnections, int re
             sendBuffer = c.sendBuffer;
             receiveTimeout = c.receiveTimeout;
             backlog = c.backlog;
+            operatorSlots = c.operatorSlots;
         }
 
         ServerConfig build() {
             return new ServerConfig(handshakeTimeout, maxConnections, requestsInFlight, bufferBudget, maxPayload,
-                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer, receiveTimeout, backlog);
+                writeDiscardLimit, ioThreads, sendTimeout, busyPoll, sendBuffer, receiveTimeout, backlog, operatorSlots);
         }
     }
 }

@@ -2,7 +2,7 @@ package io.jnbd.server;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.net.Transports;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
@@ -34,7 +34,7 @@ class BusyPollTest {
 
     @Test
     void returnsBytesAlreadyWaitingAndEndOfStream() throws Exception {
-        BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), LIMIT);
+        BusyPoll poll = new BusyPoll(Transports.plain(server), LIMIT);
         client.write(ByteBuffer.wrap(new byte[] {1, 2, 3}));
         ByteBuffer in = ByteBuffer.allocateDirect(16);
         int n = 0;
@@ -50,7 +50,7 @@ class BusyPollTest {
 
     @Test
     void anEmptyPollBacksOffAndLeavesTheReadToTheCaller() throws Exception {
-        BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), LIMIT);
+        BusyPoll poll = new BusyPoll(Transports.plain(server), LIMIT);
         ByteBuffer in = ByteBuffer.allocateDirect(16);
         long start = System.nanoTime();
         assertThat(poll.poll(in)).as("nothing was sent").isZero();
@@ -65,7 +65,7 @@ class BusyPollTest {
 
     @Test
     void aConnectionWhoseRequestsAreAlwaysWaitingStopsPolling() throws Exception {
-        BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), LIMIT);
+        BusyPoll poll = new BusyPoll(Transports.plain(server), LIMIT);
         ByteBuffer in = ByteBuffer.allocateDirect(16);
         // Bytes are always there before the poll: the mean gap falls to nothing, and within a few dozen
         // waits the poll stops and leaves the bytes to the caller's ordinary read.
@@ -88,7 +88,7 @@ class BusyPollTest {
 
     @Test
     void aLargeWritePayloadLeavesTheNextWaitToTheCaller() throws Exception {
-        BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), LIMIT);
+        BusyPoll poll = new BusyPoll(Transports.plain(server), LIMIT);
         ByteBuffer in = ByteBuffer.allocateDirect(16);
         client.write(ByteBuffer.wrap(new byte[] {1}));
         Thread.sleep(20);
@@ -101,7 +101,7 @@ class BusyPollTest {
 
     @Test
     void zeroLimitNeverPolls() throws Exception {
-        BusyPoll poll = new BusyPoll(NativeIo.socketFd(server), 0);
+        BusyPoll poll = new BusyPoll(Transports.plain(server), 0);
         client.write(ByteBuffer.wrap(new byte[] {1}));
         Thread.sleep(20);
         assertThat(poll.poll(ByteBuffer.allocateDirect(16))).isZero();

@@ -48,44 +48,19 @@ public final class NativeIo {
     private static final MethodHandle LSEEK;
     private static final MethodHandle FADVISE;
     private static final MethodHandle PWRITEV;
-    private static final MethodHandle SEND;
     private static final MethodHandle PREADV2;
-    private static final MethodHandle SENDMSG;
-    private static final MethodHandle RECV;
-    private static final MethodHandle SETSOCKOPT;
-    private static final MethodHandle POLL;
-    private static final MethodHandle IOCTL;
-    private static final long FIONREAD = 0x541B;
     private static final MethodHandle MMAP;
     private static final MethodHandle MUNMAP;
     private static final MethodHandle MADVISE;
     private static final int PROT_READ_WRITE = 0x3;
     private static final int MAP_PRIVATE_ANONYMOUS = 0x22;
     private static final int MADV_HUGEPAGE = 14;
-    private static final short POLLIN = 0x1;
-    private static final int SOL_SOCKET = 1;
-    private static final int SO_RCVLOWAT = 18;
-    private static final int MSG_DONTWAIT = 0x40;
-    private static final int MSG_NOSIGNAL = 0x4000;
-    /** struct msghdr on LP64 Linux. */
-    private static final StructLayout MSGHDR = MemoryLayout.structLayout(
-        ValueLayout.ADDRESS.withName("name"), ValueLayout.JAVA_INT.withName("namelen"), MemoryLayout.paddingLayout(4),
-        ValueLayout.ADDRESS.withName("iov"), ValueLayout.JAVA_LONG.withName("iovlen"),
-        ValueLayout.ADDRESS.withName("control"), ValueLayout.JAVA_LONG.withName("controllen"),
-        ValueLayout.JAVA_INT.withName("flags"), MemoryLayout.paddingLayout(4));
     private static final int RWF_NOWAIT = 0x08;
-    /** Per-thread scratch for sendHeaderAndFile: errno capture, header bytes, the sendfile offset. */
-    private static final ThreadLocal<MemorySegment[]> SEND_SCRATCH = ThreadLocal.withInitial(() -> {
-        Arena arena = Arena.ofAuto();
-        return new MemorySegment[] {arena.allocate(NativeIo.CAPTURE_LAYOUT), arena.allocate(64), arena.allocate(ValueLayout.JAVA_LONG)};
-    });
     /** Per-thread scratch for preadv2 and pwritev of one buffer: an iovec and the errno capture, freed with the thread. */
     private static final ThreadLocal<MemorySegment[]> IOV_SCRATCH = ThreadLocal.withInitial(() -> {
         Arena arena = Arena.ofAuto();
         return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
     });
-    private static final MethodHandle SENDFILE;
-    public static final int MSG_MORE = 0x8000;
     private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
     private static final StructLayout CAPTURE_LAYOUT;
     private static final VarHandle ERRNO;
@@ -93,8 +68,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
-        MethodHandle send = null, sendfile = null, preadv2 = null, sendmsg = null, recv = null, setsockopt = null, poll = null;
-        MethodHandle ioctl = null;
+        MethodHandle preadv2 = null;
         MethodHandle mmap = null, munmap = null, madvise = null;
         StructLayout capture = null;
         VarHandle errno = null;
@@ -122,30 +96,9 @@ public final class NativeIo {
                 pwritev = linker.downcallHandle(libc.find("pwritev").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
                         ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG), ccs);
-                send = linker.downcallHandle(libc.find("send").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                sendfile = linker.downcallHandle(libc.find("sendfile").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.ADDRESS, ValueLayout.JAVA_LONG), ccs);
                 preadv2 = linker.downcallHandle(libc.find("preadv2").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
                         ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                sendmsg = linker.downcallHandle(libc.find("sendmsg").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_INT), ccs);
-                recv = linker.downcallHandle(libc.find("recv").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                setsockopt = linker.downcallHandle(libc.find("setsockopt").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT), ccs);
-                poll = linker.downcallHandle(libc.find("poll").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_INT), ccs);
-                ioctl = linker.downcallHandle(libc.find("ioctl").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG,
-                        ValueLayout.ADDRESS), ccs, Linker.Option.firstVariadicArg(2));
                 mmap = linker.downcallHandle(libc.find("mmap").orElseThrow(),
                     FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
                         ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG));
@@ -160,15 +113,8 @@ public final class NativeIo {
             ok = false; // no native access: every caller has a portable fallback
         }
         PWRITEV = pwritev;
-        SEND = send;
         PREADV2 = preadv2;
-        SENDMSG = sendmsg;
-        RECV = recv;
-        SETSOCKOPT = setsockopt;
-        POLL = poll;
-        IOCTL = ioctl;
         MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
-        SENDFILE = sendfile;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
     }
@@ -324,49 +270,6 @@ public final class NativeIo {
     }
 
     /**
-     * Sends {@code header} with {@code MSG_MORE} and then {@code length} bytes of {@code fileFd} from
-     * {@code position} by sendfile, on a blocking socket. {@code MSG_MORE} lets the kernel put the header
-     * and the first data in one segment instead of sending the small header on its own.
-     */
-    public static void sendHeaderAndFile(int socketFd, ByteBuffer header, int fileFd, long position, long length)
-            throws IOException {
-        MemorySegment[] scratch = SEND_SCRATCH.get();
-        MemorySegment state = scratch[0], pos = scratch[2];
-        if (header.remaining() > scratch[1].byteSize()) throw new IllegalArgumentException("header too long");
-        try {
-            MemorySegment h = scratch[1].asSlice(0, header.remaining());
-            h.copyFrom(MemorySegment.ofBuffer(header));
-            long off = 0;
-            while (off < h.byteSize()) {
-                long n = (long) SEND.invokeExact(state, socketFd, h.asSlice(off), h.byteSize() - off, MSG_MORE | MSG_NOSIGNAL);
-                if (n < 0) {
-                    int e = errno(state);
-                    if (e == Errno.EINTR) continue;
-                    throw new ErrnoException("send", e);
-                }
-                off += n;
-            }
-            header.position(header.limit());
-            pos.set(ValueLayout.JAVA_LONG, 0, position);
-            long left = length;
-            while (left > 0) {
-                long n = (long) SENDFILE.invokeExact(state, socketFd, fileFd, pos, left);
-                if (n < 0) {
-                    int e = errno(state);
-                    if (e == Errno.EINTR || e == Errno.EAGAIN) continue;
-                    throw new ErrnoException("sendfile", e);
-                }
-                if (n == 0) throw new java.io.EOFException("file ended while sending a read");
-                left -= n;
-            }
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("sendfile", t);
-        }
-    }
-
-    /**
      * Reads into {@code dst} (a direct buffer, position to limit) only if the page cache holds every byte:
      * preadv2 with RWF_NOWAIT. Returns true and fills {@code dst} on success; false, with {@code dst}
      * unchanged, when the read would wait for the disk or came up short.
@@ -393,141 +296,6 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("preadv2", t);
-        }
-    }
-
-    /**
-     * Sends as much of {@code bufs} as the socket takes without waiting (sendmsg with MSG_DONTWAIT) and
-     * advances the buffers' positions; returns the bytes sent, 0 when the socket buffer is full.
-     */
-    public static long sendWithoutWaiting(int socketFd, ByteBuffer[] bufs) throws IOException {
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
-            MemorySegment iov = arena.allocate(IOVEC, bufs.length);
-            int n = 0;
-            for (ByteBuffer b : bufs) {
-                if (!b.hasRemaining()) continue;
-                MemorySegment seg = b.isDirect() ? MemorySegment.ofBuffer(b) : arena.allocate(b.remaining()).copyFrom(MemorySegment.ofBuffer(b));
-                iov.setAtIndex(ValueLayout.ADDRESS, 2L * n, seg);
-                iov.setAtIndex(ValueLayout.JAVA_LONG, 2L * n + 1, seg.byteSize());
-                n++;
-            }
-            if (n == 0) return 0;
-            MemorySegment msg = arena.allocate(MSGHDR);
-            msg.set(ValueLayout.ADDRESS, MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iov")), iov);
-            msg.set(ValueLayout.JAVA_LONG, MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iovlen")), n);
-            long sent;
-            while (true) {
-                sent = (long) SENDMSG.invokeExact(state, socketFd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-                if (sent >= 0) break;
-                int e = errno(state);
-                if (e == Errno.EINTR) continue;
-                if (e == Errno.EAGAIN) return 0;
-                throw new ErrnoException("sendmsg", e);
-            }
-            long left = sent;
-            for (ByteBuffer b : bufs) {
-                int step = (int) Math.min(left, b.remaining());
-                b.position(b.position() + step);
-                left -= step;
-            }
-            return sent;
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("sendmsg", t);
-        }
-    }
-
-    /**
-     * Receives into {@code dst} (a direct buffer, position to limit) what the socket holds, without waiting
-     * (recv with MSG_DONTWAIT), and advances its position. Returns the bytes received, 0 when nothing is
-     * there yet, -1 at end of stream.
-     */
-    public static int recvWithoutWaiting(int socketFd, ByteBuffer dst) throws IOException {
-        MemorySegment[] scratch = SEND_SCRATCH.get();
-        MemorySegment state = scratch[0];
-        MemorySegment target = MemorySegment.ofBuffer(dst);
-        try {
-            while (true) {
-                long n = (long) RECV.invokeExact(state, socketFd, target, target.byteSize(), MSG_DONTWAIT);
-                if (n > 0) {
-                    dst.position(dst.position() + (int) n);
-                    return (int) n;
-                }
-                if (n == 0) return target.byteSize() == 0 ? 0 : -1;
-                int e = errno(state);
-                if (e == Errno.EINTR) continue;
-                if (e == Errno.EAGAIN) return 0;
-                throw new ErrnoException("recv", e);
-            }
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("recv", t);
-        }
-    }
-
-    /**
-     * Sets the socket's receive low-water mark (SO_RCVLOWAT): the socket then polls readable only once that
-     * many bytes are waiting, and the kernel does not wake a poller for each segment that arrives before.
-     * Only {@link #waitReadable} should wait on a socket with a raised mark: a blocking recv that has already
-     * copied part of its bytes counts only what arrives afterwards against the mark, and can sleep forever.
-     */
-    public static void setReceiveLowWater(int socketFd, int bytes) throws IOException {
-        MemorySegment[] scratch = SEND_SCRATCH.get();
-        MemorySegment state = scratch[0];
-        MemorySegment value = scratch[1].asSlice(0, 4); // this thread is not inside sendHeaderAndFile now
-        value.set(ValueLayout.JAVA_INT, 0, bytes);
-        try {
-            int r = (int) SETSOCKOPT.invokeExact(state, socketFd, SOL_SOCKET, SO_RCVLOWAT, value, 4);
-            if (r < 0) throw new ErrnoException("setsockopt(SO_RCVLOWAT)", errno(state));
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("setsockopt", t);
-        }
-    }
-
-    /**
-     * Waits until the socket is readable (its low-water mark of bytes is there, or it is shut down, closed by
-     * the peer or failed) or {@code timeoutMillis} pass. Returns false on timeout. A signal ends the wait early.
-     */
-    public static boolean waitReadable(int socketFd, int timeoutMillis) throws IOException {
-        MemorySegment[] scratch = SEND_SCRATCH.get();
-        MemorySegment state = scratch[0];
-        MemorySegment pollfd = scratch[1].asSlice(0, 8); // struct pollfd { int fd; short events, revents; }
-        pollfd.set(ValueLayout.JAVA_INT, 0, socketFd);
-        pollfd.set(ValueLayout.JAVA_SHORT, 4, POLLIN);
-        pollfd.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
-        try {
-            int r = (int) POLL.invokeExact(state, pollfd, 1L, timeoutMillis);
-            if (r < 0) {
-                int e = errno(state);
-                if (e == Errno.EINTR) return true; // the caller's recv finds out what there is
-                throw new ErrnoException("poll", e);
-            }
-            return r > 0;
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("poll", t);
-        }
-    }
-
-    /** How many received bytes wait in the socket to be read (ioctl FIONREAD). */
-    public static int bytesQueued(int socketFd) throws IOException {
-        MemorySegment[] scratch = SEND_SCRATCH.get();
-        MemorySegment state = scratch[0];
-        MemorySegment value = scratch[1].asSlice(0, 4); // this thread is not inside sendHeaderAndFile now
-        try {
-            int r = (int) IOCTL.invokeExact(state, socketFd, FIONREAD, value);
-            if (r < 0) throw new ErrnoException("ioctl(FIONREAD)", errno(state));
-            return value.get(ValueLayout.JAVA_INT, 0);
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("ioctl", t);
         }
     }
 
@@ -565,21 +333,6 @@ public final class NativeIo {
             int rc = (int) MUNMAP.invokeExact(address, length);
         } catch (Throwable ignored) {
             // munmap of a range we mapped cannot fail short of a bug; nothing useful to do if it did
-        }
-    }
-
-    /**
-     * The descriptor behind a JDK socket channel, or -1. Needs {@code --add-exports java.base/sun.nio.ch=ALL-UNNAMED};
-     * without it the caller keeps to the JDK's own calls.
-     */
-    public static int socketFd(java.nio.channels.SocketChannel channel) {
-        if (!AVAILABLE || channel.isBlocking() == false) return -1;
-        try {
-            Class<?> selCh = Class.forName("sun.nio.ch.SelChImpl");
-            if (!selCh.isInstance(channel)) return -1;
-            return (int) selCh.getMethod("getFDVal").invoke(channel);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            return -1;
         }
     }
 

@@ -1,0 +1,108 @@
+package io.jnbd.server.net;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SocketChannel;
+
+/**
+ * A blocking JDK channel, for where native calls are not available (another OS, no native access). The JDK
+ * parks a virtual thread blocked on it. It cannot receive or send without waiting, so replies queue for the
+ * connection's sender and payloads are read as they come; {@link #awaitReadable} receives one byte ahead and
+ * keeps it for the next receive.
+ */
+final class ChannelTransport implements Transport {
+    private final SocketChannel channel;
+    /** A byte received by awaitReadable and not yet handed out; position 1 while it holds one. */
+    private final ByteBuffer ahead = ByteBuffer.allocate(1);
+
+    ChannelTransport(SocketChannel channel) {
+        this.channel = channel;
+    }
+
+    @Override
+    public int receive(ByteBuffer dst) throws IOException {
+        if (!dst.hasRemaining()) return 0;
+        if (ahead.position() == 1) {
+            dst.put(ahead.flip());
+            ahead.clear();
+            return 1;
+        }
+        return channel.read(dst);
+    }
+
+    @Override
+    public int receiveNow(ByteBuffer dst) throws IOException {
+        return receive(dst);
+    }
+
+    @Override
+    public boolean awaitReadable(long timeoutMillis) throws IOException {
+        if (ahead.position() == 1) return true;
+        int n = channel.read(ahead);
+        if (n < 0) ahead.clear(); // end of stream: the next receive reports it
+        return true;
+    }
+
+    @Override
+    public int pending() {
+        return -1;
+    }
+
+    @Override
+    public void lowWater(int bytes) {
+        // not available: the receiver is woken for every arrival
+    }
+
+    @Override
+    public boolean canWaitForArrival() {
+        return false;
+    }
+
+    @Override
+    public boolean canSendNow() {
+        return false;
+    }
+
+    @Override
+    public void send(ByteBuffer... srcs) throws IOException {
+        long left = 0;
+        for (ByteBuffer b : srcs) left += b.remaining();
+        while (left > 0) left -= channel.write(srcs);
+    }
+
+    @Override
+    public long sendNow(ByteBuffer... srcs) {
+        return 0;
+    }
+
+    @Override
+    public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
+        send(header);
+        Transports.copyFile(this, file, position, length);
+    }
+
+    @Override
+    public void shutdownInput() {
+        try {
+            channel.shutdownInput();
+        } catch (IOException ignored) {
+            // already shut down or closed
+        }
+    }
+
+    @Override
+    public void shutdown() {
+        shutdownInput();
+        try {
+            channel.shutdownOutput();
+        } catch (IOException ignored) {
+            // already shut down or closed
+        }
+    }
+
+    @Override
+    public void close() {
+        Transports.closeQuietly(channel);
+    }
+}

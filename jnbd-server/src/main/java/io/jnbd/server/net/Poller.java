@@ -1,0 +1,88 @@
+package io.jnbd.server.net;
+
+import io.jnbd.server.io.NativeSocket;
+import java.io.IOException;
+import java.io.InterruptedIOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.locks.LockSupport;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Where a virtual thread waits for a socket: one epoll instance and one platform thread per direction, the
+ * way the JDK waits for its own channels. A waiter arms its descriptor for one report and parks; the poll
+ * thread unparks it when the kernel reports the socket ready. A parked virtual thread holds no carrier, so a
+ * connection that waits for its client costs a few hundred bytes of stack, not a thread.
+ *
+ * <p>Every wake-up is a hint: the caller retries its non-blocking call and waits again if that still finds
+ * nothing. Stale reports (a wait that timed out, a descriptor closed meanwhile) therefore cost one retry.
+ */
+final class Poller {
+    private static final Logger log = LoggerFactory.getLogger(Poller.class);
+    private static final int BATCH = 256;
+
+    static final Poller READ = new Poller("read", NativeSocket.EPOLLIN);
+    static final Poller WRITE = new Poller("write", NativeSocket.EPOLLOUT);
+
+    private final String name;
+    private final int events;
+    private final ConcurrentHashMap<Integer, Thread> waiters = new ConcurrentHashMap<>();
+    private volatile int epfd = -1;
+
+    private Poller(String name, int events) {
+        this.name = name;
+        this.events = events;
+    }
+
+    /**
+     * Parks the calling virtual thread until {@code fd} may be ready, {@code timeoutNanos} pass (0: no limit),
+     * or {@link #wake} is called for it. Returns without saying which: the caller looks.
+     */
+    void await(int fd, long timeoutNanos) throws IOException {
+        Thread me = Thread.currentThread();
+        waiters.put(fd, me);
+        try {
+            NativeSocket.epollArmOnce(epfd(), fd, events);
+            if (timeoutNanos > 0) LockSupport.parkNanos(this, timeoutNanos);
+            else LockSupport.park(this);
+        } finally {
+            waiters.remove(fd, me);
+        }
+        if (me.isInterrupted()) throw new InterruptedIOException("interrupted while waiting for a socket");
+    }
+
+    /** Wakes whoever waits on {@code fd} in this direction, e.g. because its connection is being closed. */
+    void wake(int fd) {
+        Thread t = waiters.get(fd);
+        if (t != null) LockSupport.unpark(t);
+    }
+
+    private int epfd() throws IOException {
+        int fd = epfd;
+        if (fd >= 0) return fd;
+        synchronized (this) {
+            if (epfd < 0) {
+                int created = NativeSocket.epollCreate();
+                Thread.ofPlatform().name("jnbd-poller-" + name).daemon().start(() -> loop(created));
+                epfd = created;
+            }
+            return epfd;
+        }
+    }
+
+    private void loop(int fd) {
+        MemorySegment ready = Arena.global().allocate((long) BATCH * NativeSocket.EPOLL_EVENT_SIZE, 8);
+        while (true) {
+            try {
+                int n = NativeSocket.epollWait(fd, ready, BATCH);
+                for (int i = 0; i < n; i++) wake(NativeSocket.epollEventFd(ready, i));
+            } catch (IOException | RuntimeException e) {
+                // Cannot happen short of a bug (EBADF, EFAULT); waiters still wake by their own timeouts or wake().
+                log.error("{} poller: {}", name, e.toString());
+                LockSupport.parkNanos(100_000_000L);
+            }
+        }
+    }
+}

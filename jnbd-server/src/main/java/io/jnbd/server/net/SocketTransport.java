@@ -1,0 +1,142 @@
+package io.jnbd.server.net;
+
+import io.jnbd.server.io.NativeSocket;
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SocketChannel;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Plain TCP or Unix socket through native calls that never block: MSG_DONTWAIT sends and receives, sendfile
+ * behind a MSG_MORE header, SO_RCVLOWAT, FIONREAD. When a call finds the socket full or empty, a virtual
+ * thread parks in the {@link Poller}; a platform thread blocks in poll(2), which costs it one wake-up fewer.
+ */
+final class SocketTransport implements Transport {
+    private final SocketChannel channel;
+    private final int fd;
+    private int lowWater = 1;
+
+    /** {@code channel} must already be non-blocking, and {@code fd} its descriptor. */
+    SocketTransport(SocketChannel channel, int fd) {
+        this.channel = channel;
+        this.fd = fd;
+    }
+
+    @Override
+    public int receive(ByteBuffer dst) throws IOException {
+        while (true) {
+            int n = NativeSocket.receiveNow(fd, dst);
+            if (n != 0 || !dst.hasRemaining()) return n;
+            if (lowWater > 1) lowWater(1); // the mark is for awaitReadable; a receive takes any amount
+            await(false, 0);
+        }
+    }
+
+    @Override
+    public int receiveNow(ByteBuffer dst) throws IOException {
+        return NativeSocket.receiveNow(fd, dst);
+    }
+
+    @Override
+    public boolean awaitReadable(long timeoutMillis) throws IOException {
+        long deadline = timeoutMillis > 0 ? System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMillis) : 0;
+        while (true) {
+            // A wake-up is only a hint (see Poller): ask the kernel whether the mark is reached.
+            if (NativeSocket.poll(fd, false, 0)) return true;
+            long left = deadline == 0 ? 0 : deadline - System.nanoTime();
+            if (deadline != 0 && left <= 0) return false;
+            await(false, left);
+        }
+    }
+
+    @Override
+    public int pending() throws IOException {
+        return NativeSocket.bytesQueued(fd);
+    }
+
+    @Override
+    public void lowWater(int bytes) throws IOException {
+        if (bytes == lowWater) return;
+        NativeSocket.setReceiveLowWater(fd, bytes);
+        lowWater = bytes;
+    }
+
+    @Override
+    public boolean canWaitForArrival() {
+        return true;
+    }
+
+    @Override
+    public boolean canSendNow() {
+        return true;
+    }
+
+    @Override
+    public void send(ByteBuffer... srcs) throws IOException {
+        int first = 0;
+        while (true) {
+            while (first < srcs.length && !srcs[first].hasRemaining()) first++;
+            if (first == srcs.length) return;
+            ByteBuffer[] rest = first == 0 ? srcs : java.util.Arrays.copyOfRange(srcs, first, srcs.length);
+            if (NativeSocket.sendNow(fd, rest) == 0) await(true, 0);
+        }
+    }
+
+    @Override
+    public long sendNow(ByteBuffer... srcs) throws IOException {
+        return NativeSocket.sendNow(fd, srcs);
+    }
+
+    @Override
+    public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
+        if (fileFd < 0) {
+            send(header);
+            Transports.copyFile(this, file, position, length);
+            return;
+        }
+        long sent = 0;
+        while (header.hasRemaining() || sent < length) {
+            long n = NativeSocket.sendFileNow(fd, header, fileFd, position + sent, length - sent);
+            sent += n;
+            if (n == 0 && (header.hasRemaining() || sent < length)) await(true, 0);
+        }
+    }
+
+    private void await(boolean write, long timeoutNanos) throws IOException {
+        if (Thread.currentThread().isVirtual()) {
+            (write ? Poller.WRITE : Poller.READ).await(fd, timeoutNanos);
+        } else {
+            int ms = timeoutNanos == 0 ? -1 : (int) Math.max(1, TimeUnit.NANOSECONDS.toMillis(timeoutNanos));
+            NativeSocket.poll(fd, write, ms);
+        }
+        if (!channel.isOpen()) throw new EOFException("connection closed");
+    }
+
+    @Override
+    public void shutdownInput() {
+        try {
+            channel.shutdownInput();
+        } catch (IOException ignored) {
+            // already shut down or closed
+        }
+        Poller.READ.wake(fd);
+    }
+
+    @Override
+    public void shutdown() {
+        shutdownInput();
+        try {
+            channel.shutdownOutput();
+        } catch (IOException ignored) {
+            // already shut down or closed
+        }
+        Poller.WRITE.wake(fd);
+    }
+
+    @Override
+    public void close() {
+        Transports.closeQuietly(channel);
+    }
+}

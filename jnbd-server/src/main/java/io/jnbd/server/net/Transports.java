@@ -1,0 +1,63 @@
+package io.jnbd.server.net;
+
+import io.jnbd.server.io.NativeSocket;
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SocketChannel;
+
+/** Makes the transport of an accepted socket, and the whole-message helpers every transport's user needs. */
+public final class Transports {
+    private Transports() {}
+
+    /**
+     * The plain transport for {@code channel}: native non-blocking calls where they are available (the
+     * channel is switched to non-blocking mode for them), else the JDK's blocking channel.
+     */
+    public static Transport plain(SocketChannel channel) throws IOException {
+        int fd = NativeSocket.fd(channel);
+        if (fd < 0) return new ChannelTransport(channel);
+        channel.configureBlocking(false);
+        return new SocketTransport(channel, fd);
+    }
+
+    /** Fills {@code dst}; false on a clean end of stream before its first byte, EOFException after it. */
+    public static boolean receiveFully(Transport t, ByteBuffer dst) throws IOException {
+        boolean any = false;
+        while (dst.hasRemaining()) {
+            int n = t.receive(dst);
+            if (n < 0) {
+                if (!any) return false;
+                throw new EOFException("peer closed the connection in the middle of a message");
+            }
+            if (n > 0) any = true;
+        }
+        return true;
+    }
+
+    public static void receiveExactly(Transport t, ByteBuffer dst) throws IOException {
+        if (!receiveFully(t, dst)) throw new EOFException("peer closed the connection");
+    }
+
+    /** Sends a file range through a bounce buffer, for transports without sendfile. */
+    static void copyFile(Transport t, FileChannel file, long position, long length) throws IOException {
+        ByteBuffer bounce = ByteBuffer.allocateDirect((int) Math.min(length, 256 << 10));
+        long pos = position, end = position + length;
+        while (pos < end) {
+            bounce.clear().limit((int) Math.min(bounce.capacity(), end - pos));
+            int n = file.read(bounce, pos);
+            if (n < 0) throw new EOFException("file ended at " + pos + " while sending a read");
+            t.send(bounce.flip());
+            pos += n;
+        }
+    }
+
+    static void closeQuietly(AutoCloseable c) {
+        try {
+            c.close();
+        } catch (Exception ignored) {
+            // closing is best effort
+        }
+    }
+}
