@@ -35,4 +35,25 @@ public record Export(String name, String description, Backend backend, ExportTun
         if (structuredReplies) f |= Nbd.FLAG_SEND_DF;
         return f;
     }
+
+    /**
+     * The size in which a write's payload goes to the disk as it arrives, or 0 to write it whole: only direct
+     * writes longer than the split threshold (cached ones measured no better: the page cache takes a chunk
+     * about as fast as the socket delivers it), and only on the preferred block boundaries, so that no two
+     * chunks share a block: an unaligned chunk would be a read-modify-write, serialised with its neighbour's
+     * (correct, but slower than writing the request whole).
+     */
+    int writeChunkSize(io.jnbd.protocol.Request r) {
+        int block = backend.blockSizes().preferred();
+        if (!backend.has(Backend.Trait.DIRECT_IO) || r.length() <= tuning.splitThreshold()
+                || r.offset() % block != 0 || tuning.chunkSize() % block != 0) return 0;
+        return tuning.chunkSize();
+    }
+
+    /** How a read is split into chunks sent as they are read (see SplitRead); only with structured replies. */
+    ReadPlan readPlan(io.jnbd.protocol.Request r, boolean structured) {
+        if (!structured || r.has(Nbd.CMD_FLAG_DF) || r.length() <= tuning.splitThreshold()) return ReadPlan.WHOLE;
+        int chunks = (int) ((r.length() + tuning.chunkSize() - 1) / tuning.chunkSize());
+        return new ReadPlan(chunks, tuning.chunkSize(), tuning.streams());
+    }
 }

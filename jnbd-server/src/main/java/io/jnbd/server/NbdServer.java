@@ -85,7 +85,11 @@ public final class NbdServer implements AutoCloseable {
         }
         // Disk work only: replies leave through each connection's writer, so a stalled client cannot hold these.
         this.io = Executors.newFixedThreadPool(config.ioThreads(), Thread.ofPlatform().name("jnbd-io-", 0).daemon().factory());
-        this.timers = Executors.newSingleThreadScheduledExecutor(Thread.ofPlatform().name("jnbd-timer").daemon().factory());
+        var timerPool = new java.util.concurrent.ScheduledThreadPoolExecutor(1, Thread.ofPlatform().name("jnbd-timer").daemon().factory());
+        // A handshake timer is cancelled as soon as its client gets through: it must not hold on to the client
+        // (and whatever it references) until it would have fired.
+        timerPool.setRemoveOnCancelPolicy(true);
+        this.timers = timerPool;
         long shortest = Math.min(config.sendTimeout().toMillis(), config.receiveTimeout().toMillis());
         long check = Math.max(50, Math.min(1000, shortest / 4));
         timers.scheduleAtFixedRate(this::dropStalledConnections, check, check, TimeUnit.MILLISECONDS);
@@ -227,12 +231,12 @@ public final class NbdServer implements AutoCloseable {
                 connectionClosed(c);
                 return;
             }
-            timers.schedule(() -> {
+            c.handshakeTimer(timers.schedule(() -> {
                 if (!c.inTransmission() && connections.contains(c)) {
                     if (c.admitted()) log.info("{}: handshake not finished within {}s, closing", peer, config.handshakeTimeout().toSeconds());
                     c.abort();
                 }
-            }, config.handshakeTimeout().toMillis(), TimeUnit.MILLISECONDS);
+            }, config.handshakeTimeout().toMillis(), TimeUnit.MILLISECONDS));
             Thread.ofVirtual().name("jnbd-conn-" + peer).start(c);
         }
     }
@@ -346,29 +350,6 @@ public final class NbdServer implements AutoCloseable {
     /** Receive buffers lent to connections right now (0 when every connection is idle). */
     public int inputBuffersInUse() {
         return inputs.inUse();
-    }
-
-    /**
-     * The chunk size in which a write's payload goes to the disk as it arrives, or 0 to write it whole:
-     * only direct writes longer than the export's split threshold (cached ones measured no better: the page
-     * cache takes a chunk about as fast as the socket delivers it), and only on the export's preferred block
-     * boundaries, so that no two chunks share a block: an unaligned chunk would be a read-modify-write,
-     * serialised with its neighbour's (correct, but slower than writing the request whole).
-     */
-    int writeChunkSize(Export export, Request r) {
-        ExportTuning t = export.tuning();
-        Backend b = export.backend();
-        int block = b.blockSizes().preferred();
-        if (!b.has(Backend.Trait.DIRECT_IO) || r.length() <= t.splitThreshold()
-                || r.offset() % block != 0 || t.chunkSize() % block != 0) return 0;
-        return t.chunkSize();
-    }
-
-    ReadPlan readPlan(Export export, Request r, boolean structured) {
-        ExportTuning t = export.tuning();
-        if (!structured || r.has(Nbd.CMD_FLAG_DF) || r.length() <= t.splitThreshold()) return ReadPlan.WHOLE;
-        int chunks = (int) ((r.length() + t.chunkSize() - 1) / t.chunkSize());
-        return new ReadPlan(chunks, t.chunkSize(), t.streams());
     }
 
     /**

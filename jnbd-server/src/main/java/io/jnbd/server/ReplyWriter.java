@@ -173,9 +173,14 @@ final class ReplyWriter implements Runnable {
         }
     }
 
-    long busyNanos(long now) {
+    /**
+     * How long the write in progress has gone without the client taking a byte, in nanoseconds; 0 when nothing
+     * is being written. Counted from the last progress, so that a client reading slowly but steadily is not
+     * taken for one that stopped.
+     */
+    long stalledNanos(long now) {
         long since = busySince;
-        return since == 0 ? 0 : now - since;
+        return since == 0 ? 0 : now - Math.max(since, transport.lastSentNanos());
     }
 
     /** Asks the writer to stop once everything queued so far is written. */

@@ -67,4 +67,14 @@ final class RequestValidator {
         if (min > 1 && (r.offset() % min != 0 || r.length() % min != 0)) return Nbd.EINVAL;
         return 0;
     }
+
+    /** The message that goes with an error {@link #check} returned. */
+    static String message(Request r, int error) {
+        return switch (error) {
+            case Nbd.EPERM -> "export is read-only";
+            case Nbd.ENOSPC -> "request runs past the end of the export";
+            case Nbd.EOVERFLOW -> "request is larger than the maximum payload";
+            default -> "invalid request " + r;
+        };
+    }
 }

@@ -15,6 +15,7 @@ final class ChannelTransport implements Transport {
     private final SocketChannel channel;
     /** A byte received by awaitReadable and not yet handed out; position 1 while it holds one. */
     private final ByteBuffer ahead = ByteBuffer.allocate(1);
+    private volatile long lastSent;
 
     ChannelTransport(SocketChannel channel) {
         this.channel = channel;
@@ -68,7 +69,16 @@ final class ChannelTransport implements Transport {
     public void send(ByteBuffer... srcs) throws IOException {
         long left = 0;
         for (ByteBuffer b : srcs) left += b.remaining();
-        while (left > 0) left -= channel.write(srcs);
+        while (left > 0) {
+            long n = channel.write(srcs);
+            if (n > 0) lastSent = System.nanoTime();
+            left -= n;
+        }
+    }
+
+    @Override
+    public long lastSentNanos() {
+        return lastSent;
     }
 
     @Override

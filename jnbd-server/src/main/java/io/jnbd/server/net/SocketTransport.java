@@ -17,6 +17,7 @@ final class SocketTransport implements Transport {
     private final SocketChannel channel;
     private final int fd;
     private int lowWater = 1;
+    private volatile long lastSent;
 
     /** {@code channel} must already be non-blocking, and {@code fd} its descriptor. */
     SocketTransport(SocketChannel channel, int fd) {
@@ -80,13 +81,20 @@ final class SocketTransport implements Transport {
             while (first < srcs.length && !srcs[first].hasRemaining()) first++;
             if (first == srcs.length) return;
             ByteBuffer[] rest = first == 0 ? srcs : java.util.Arrays.copyOfRange(srcs, first, srcs.length);
-            if (NativeSocket.sendNow(fd, rest) == 0) await(true, 0);
+            if (sendNow(rest) == 0) await(true, 0);
         }
     }
 
     @Override
     public long sendNow(ByteBuffer... srcs) throws IOException {
-        return NativeSocket.sendNow(fd, srcs);
+        long n = NativeSocket.sendNow(fd, srcs);
+        if (n > 0) lastSent = System.nanoTime();
+        return n;
+    }
+
+    @Override
+    public long lastSentNanos() {
+        return lastSent;
     }
 
     @Override
@@ -98,7 +106,9 @@ final class SocketTransport implements Transport {
         }
         long sent = 0;
         while (header.hasRemaining() || sent < length) {
+            int headerLeft = header.remaining();
             long n = NativeSocket.sendFileNow(fd, header, fileFd, position + sent, length - sent);
+            if (n > 0 || header.remaining() < headerLeft) lastSent = System.nanoTime();
             sent += n;
             if (n == 0 && (header.hasRemaining() || sent < length)) await(true, 0);
         }

@@ -54,6 +54,12 @@ public interface Transport extends AutoCloseable {
      */
     void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException;
 
+    /**
+     * {@link System#nanoTime()} when bytes last left through this transport, 0 if none have: a client that reads
+     * slowly but steadily is not one that stopped reading.
+     */
+    long lastSentNanos();
+
     /** Whether {@link #sendNow} can send at all: false means it always returns 0 and replies queue for a sender. */
     boolean canSendNow();
 

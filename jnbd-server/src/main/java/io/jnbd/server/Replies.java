@@ -1,0 +1,135 @@
+package io.jnbd.server;
+
+import io.jnbd.protocol.BlockStatusDescriptor;
+import io.jnbd.protocol.Chunks;
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.Request;
+import io.jnbd.protocol.SimpleReply;
+import io.jnbd.server.backend.Extent;
+import io.jnbd.server.backend.NbdErrors;
+import io.jnbd.server.io.Releasable;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletionException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * How one connection's replies are encoded: simple replies, or structured reply chunks once the client has
+ * asked for them. Also where a failure becomes an NBD error: its errno, its message, and a log line when it
+ * deserves an operator's attention.
+ */
+final class Replies {
+    private static final Logger log = LoggerFactory.getLogger(Replies.class);
+    /** Error messages are cut here: the client logs them, and a long one says nothing more. */
+    private static final int MAX_MESSAGE = 1024;
+
+    private final Session session;
+    private final ConnectionStats stats;
+    private final String peer;
+
+    Replies(Session session, ConnectionStats stats, String peer) {
+        this.session = session;
+        this.stats = stats;
+        this.peer = peer;
+    }
+
+    /** A failed request's errno and message. */
+    record Failure(int error, String message) {}
+
+    /** The NBD error for {@code t}, logged unless it is routine (see below). */
+    Failure failure(Request r, Throwable t) {
+        while (t instanceof CompletionException && t.getCause() != null) t = t.getCause();
+        int error = NbdErrors.of(t);
+        // A backend failure is worth an operator's attention (a full disk, a read-only file system, a broken
+        // one), except a fast zero the backend declined and a request cut short by shutdown.
+        if (error == Nbd.ENOTSUP || error == Nbd.ESHUTDOWN) log.debug("{}: {} failed: {}", peer, r, t.toString());
+        else log.warn("{}: {} failed: {}", peer, r, t.toString());
+        return new Failure(error, t.getMessage() != null ? t.getMessage() : t.toString());
+    }
+
+    /** The reply that completes a request without data. */
+    ReplyWriter.Part ok(InFlight f) {
+        Request r = f.request;
+        ByteBuffer h;
+        if (r.type() == Nbd.CMD_READ && session.structuredReplies()) {
+            h = ByteBuffer.allocate(Nbd.STRUCTURED_REPLY_SIZE);
+            Chunks.none(h, r.cookie());
+        } else {
+            h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+            SimpleReply.encode(h, 0, r.cookie());
+        }
+        return ReplyWriter.Part.of(h.flip(), f);
+    }
+
+    ReplyWriter.Part error(InFlight f, Failure failure) {
+        return error(f, failure.error(), failure.message());
+    }
+
+    ReplyWriter.Part error(InFlight f, int error, String message) {
+        Request r = f.request;
+        stats.error();
+        ByteBuffer h;
+        if (session.structuredReplies()) {
+            String msg = message.length() > MAX_MESSAGE ? message.substring(0, MAX_MESSAGE) : message;
+            h = ByteBuffer.allocate(Chunks.errorSize(msg));
+            Chunks.error(h, Nbd.REPLY_FLAG_DONE, r.cookie(), error, msg);
+        } else {
+            h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+            SimpleReply.encode(h, error, r.cookie());
+        }
+        return ReplyWriter.Part.of(h.flip(), f);
+    }
+
+    /** A failed chunk of a split read: an error chunk naming its offset; {@code completes} is set on the last. */
+    ReplyWriter.Part errorAt(Request r, Failure failure, long offset, InFlight completes) {
+        stats.error();
+        String msg = failure.message().length() > MAX_MESSAGE ? failure.message().substring(0, MAX_MESSAGE) : failure.message();
+        ByteBuffer h = ByteBuffer.allocate(Chunks.errorOffsetSize(msg));
+        Chunks.errorOffset(h, completes != null ? Nbd.REPLY_FLAG_DONE : 0, r.cookie(), failure.error(), msg, offset);
+        return ReplyWriter.Part.of(h.flip(), completes);
+    }
+
+    /** Read data in a buffer: {@code completes} is the request it ends, or null if more chunks follow. */
+    ReplyWriter.Part data(Request r, long offset, ByteBuffer data, Releasable lease, InFlight completes) {
+        return ReplyWriter.Part.withData(readHeader(r, offset, data.remaining(), completes != null), data, lease, completes);
+    }
+
+    /** Read data sent from the file itself (sendfile). */
+    ReplyWriter.Part file(InFlight f, FileChannel file, int fd) {
+        Request r = f.request;
+        return ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), file, fd, r.offset(), r.length(), f);
+    }
+
+    ReplyWriter.Part blockStatus(InFlight f, List<Extent> extents) {
+        Request r = f.request;
+        List<BlockStatusDescriptor> out = new ArrayList<>();
+        long left = r.length();
+        for (Extent e : extents) {
+            if (left <= 0) break;
+            long len = Math.min(Math.min(e.length(), left), 0xFFFF_F000L); // stays within 32 bits, 4K-aligned
+            out.add(new BlockStatusDescriptor(len, e.flags()));
+            left -= len;
+            if (r.has(Nbd.CMD_FLAG_REQ_ONE)) break;
+        }
+        if (out.isEmpty()) out.add(new BlockStatusDescriptor(Math.min(r.length(), 0xFFFF_F000L), 0));
+        ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(out.size()));
+        Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), session.metaContextId(), out);
+        return ReplyWriter.Part.of(b.flip(), f);
+    }
+
+    /** The header in front of read data: a simple reply, or an OFFSET_DATA chunk. */
+    private ByteBuffer readHeader(Request r, long offset, int length, boolean done) {
+        ByteBuffer h;
+        if (session.structuredReplies()) {
+            h = ByteBuffer.allocate(Chunks.OFFSET_DATA_PREFIX);
+            Chunks.offsetDataPrefix(h, done ? Nbd.REPLY_FLAG_DONE : 0, r.cookie(), offset, length);
+        } else {
+            h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
+            SimpleReply.encode(h, 0, r.cookie());
+        }
+        return h.flip();
+    }
+}
