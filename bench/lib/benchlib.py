@@ -86,6 +86,11 @@ for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(_sig, _on_signal)
 
 
+def on_cleanup(obj):
+    """Stops obj (anything with a stop() method, e.g. a load generator) with the servers at exit or on a signal."""
+    _servers.append(obj)
+
+
 def tmpdir(prefix="jnbd-bench."):
     d = tempfile.mkdtemp(prefix=prefix)
     _tmpdirs.append(d)
@@ -422,15 +427,16 @@ def nbdkit(path, port=None):
     return Server("nbdkit", ["nbdkit", "-f", "-i", "127.0.0.1", "-p", str(port), "file", f"file={path}"], port)
 
 
-def nbd_server(path, port=None):
+def nbd_server(path, port=None, export_conf=()):
     """nbd-server daemonizes (its -d mode serves one connection and exits), so its pid is found by its
-    unique config path; each connection is a forked child whose CPU is counted with the daemon's."""
+    unique config path; each connection is a forked child whose CPU is counted with the daemon's.
+    export_conf: extra lines of the [bench] section, e.g. ("timeout = 10",)."""
     port = port or free_port()
     d = tmpdir("jnbd-bench-nbd-server.")
     conf = os.path.join(d, "config")
     with open(conf, "w") as f:
         f.write(f"[generic]\n    listenaddr = 127.0.0.1\n    port = {port}\n"
-                f"[bench]\n    exportname = {path}\n")
+                f"[bench]\n    exportname = {path}\n" + "".join(f"    {line}\n" for line in export_conf))
     return Server("nbd-server", ["nbd-server", "-C", conf], port, find_pid=_find_by_cmdline(conf))
 
 
