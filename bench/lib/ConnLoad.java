@@ -282,17 +282,19 @@ public class ConnLoad {
         for (Group g : groups.values()) {
             if (g.kind != Kind.HALF && g.kind != Kind.SILENT) continue;
             int open = 0, mute = 0;
-            long youngest = Long.MAX_VALUE;
+            long youngest = Long.MAX_VALUE, oldest = 0;
             for (Conn c : all) {
                 if (c.kind == g.kind && c.state == State.WAIT_EOF) {
                     open++;
                     if (!c.gotGreeting) mute++;
                     youngest = Math.min(youngest, now - c.tConnected);
+                    oldest = Math.max(oldest, now - c.tConnected);
                 }
             }
             stillOpen.put(g.kind.name(), open);
             stillOpen.put(g.kind.name() + "_no_greeting", mute);
             stillOpen.put(g.kind.name() + "_min_age_s", open > 0 ? youngest / 1e9 : null);
+            stillOpen.put(g.kind.name() + "_max_age_s", open > 0 ? oldest / 1e9 : null);
         }
         closeAll();
         long closedAtMillis = System.currentTimeMillis();
@@ -824,6 +826,7 @@ public class ConnLoad {
             m.put("drop_max_s", d.length > 0 ? d[d.length - 1] / 1e6 : null);
             m.put("open_at_end", stillOpen.get(g.kind.name()));
             m.put("open_min_age_s", stillOpen.get(g.kind.name() + "_min_age_s"));
+            m.put("open_max_age_s", stillOpen.get(g.kind.name() + "_max_age_s"));
             m.put("open_without_greeting", stillOpen.get(g.kind.name() + "_no_greeting"));
         }
         return m;
