@@ -488,7 +488,7 @@ public class ConnLoad {
         long now = System.nanoTime();
         switch (c.state) {
             case CONNECTING, GREETING, OPT_HEADER, OPT_DATA -> failHandshake(c,
-                (c.state == State.CONNECTING ? "" : c.state == State.GREETING ? "before greeting: " : "during options: ") + why);
+                (c.state == State.CONNECTING ? "" : c.state == State.GREETING ? "before the greeting: " : "during options: ") + why);
             case READY -> {
                 g.closedByServer++;
                 close(c, now);
@@ -615,7 +615,7 @@ public class ConnLoad {
                 case GREETING -> {
                     n = c.ch.read(c.hdr);
                     if (n < 0) {
-                        serverClosed(c, "closed");
+                        serverClosed(c, "closed by the server");
                         return;
                     }
                     if (c.hdr.hasRemaining()) return;
