@@ -92,7 +92,10 @@ public final class NbdServer implements AutoCloseable {
         this.timers = timerPool;
         long shortest = Math.min(config.sendTimeout().toMillis(), config.receiveTimeout().toMillis());
         long check = Math.max(50, Math.min(1000, shortest / 4));
-        timers.scheduleAtFixedRate(this::dropStalledConnections, check, check, TimeUnit.MILLISECONDS);
+        timers.scheduleAtFixedRate(() -> {
+            dropStalledConnections();
+            returnMemoryAfterBurst(System.nanoTime());
+        }, check, check, TimeUnit.MILLISECONDS);
     }
 
     ExportRegistry exports() { return exports; }
@@ -302,6 +305,26 @@ public final class NbdServer implements AutoCloseable {
                 c.drop("dropped: " + why);
             }
         }
+    }
+
+    private int connectionsPeak;
+    private long lastTrim;
+
+    /**
+     * After a burst of clients has left (a diskless site's machines done booting), asks the collector to give
+     * back the heap their connections took: the serial collector shrinks the heap only in a full collection, and
+     * an idle server would not run one for hours, holding hundreds of MiB it no longer needs. At most once
+     * every 10 s, and only when at least 500 connections and half of the peak have gone: a small live set
+     * takes the collector a few milliseconds.
+     */
+    private void returnMemoryAfterBurst(long now) {
+        int n = admitted.get();
+        connectionsPeak = Math.max(connectionsPeak, n);
+        if (connectionsPeak - n < 500 || n > connectionsPeak / 2 || now - lastTrim < TimeUnit.SECONDS.toNanos(10)) return;
+        lastTrim = now;
+        log.info("{} of {} connections have closed: returning their memory", connectionsPeak - n, connectionsPeak);
+        connectionsPeak = n;
+        System.gc();
     }
 
     private static String seconds(Duration d) {
