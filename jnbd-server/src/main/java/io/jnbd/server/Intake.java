@@ -100,6 +100,11 @@ final class Intake {
                 int n = fillWith(b -> receive(b, true));
                 return n > 0 || endOfStream();
             }
+            if (transport.canWaitForArrival()) {
+                // A busy client has usually sent more already: one receive, and no wait at all.
+                int n = fillWith(transport::receiveNow);
+                if (n != 0) return n > 0 || endOfStream();
+            }
             // Less than a header is here (else the caller would have parsed it): wait holding no buffer.
             putAside();
             waitingSince = midRequest ? System.nanoTime() : 0;
@@ -108,8 +113,10 @@ final class Intake {
             } finally {
                 waitingSince = 0;
             }
-            int n = fillWith(transport::receiveNow);
-            if (n != 0) return n > 0 || endOfStream();
+            if (!transport.canWaitForArrival()) {
+                int n = fillWith(transport::receiveNow); // the byte the wait received ahead, at least
+                if (n != 0) return n > 0 || endOfStream();
+            }
         }
     }
 

@@ -24,6 +24,8 @@ public interface Transport extends AutoCloseable {
     /**
      * Waits until the client has sent something (at least the low-water mark's worth, see {@link #lowWater}),
      * closed or failed, or {@code timeoutMillis} pass (0: no limit), without receiving it. False on timeout.
+     * Without a limit it may return early (a stale wake-up): the caller's receive then finds nothing and waits
+     * again.
      */
     boolean awaitReadable(long timeoutMillis) throws IOException;
 
