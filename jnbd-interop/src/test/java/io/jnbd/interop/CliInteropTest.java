@@ -41,6 +41,7 @@ class CliInteropTest {
         assertThat(help.output()).contains(
             "--listen", "--unix", "--export", "--config", "--default-export", "--stats-interval",
             "--send-timeout", "--busy-poll", "--send-buffer", "--io-threads", "--requests-in-flight", "--buffer-memory",
+            "--max-connections", "--operator-slots",
             "file:", "memory:", "size=", "readonly", "mode=", "cached", "direct", "description=");
     }
 
@@ -74,6 +75,15 @@ class CliInteropTest {
             "--export", "m=memory:1M");
         assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
         assertOneLineError(result, "--busy-poll");
+    }
+
+    @ParameterizedTest(name = "{0} {1}")
+    @CsvSource({"--max-connections,0", "--operator-slots,-1"})
+    void badConnectionLimitIsOneLineAndNonZero(String option, String value) {
+        Interop.Result result = jnbd("serve", "--listen", "127.0.0.1:" + Interop.freePort(), option, value,
+            "--export", "m=memory:1M");
+        assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
+        assertOneLineError(result, option);
     }
 
     @ParameterizedTest(name = "--send-buffer {0}")

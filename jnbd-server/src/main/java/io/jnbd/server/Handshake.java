@@ -27,8 +27,12 @@ final class Handshake {
     static final int MAX_OPTION_LENGTH = 64 * 1024;
     private static final int CONTEXT_ID_BASE_ALLOCATION = 1;
 
-    /** Why the server turns every option down, e.g. it is shutting down or has no room for this client. */
-    record Refusal(int reply, String message) {}
+    /**
+     * Why the server turns options down: every option ({@code everyOption}, e.g. it is shutting down), or only
+     * those that would open an export (GO, INFO, EXPORT_NAME: it has no room for this client, which may still
+     * list exports and agree structured replies, so that libnbd reports the refusal of GO itself).
+     */
+    record Refusal(int reply, String message, boolean everyOption) {}
 
     private final Transport transport;
     private final ExportRegistry exports;
@@ -79,7 +83,8 @@ final class Handshake {
     /** Handles one option; returns a session when it ends the handshake. */
     private Session option(int option, ByteBuffer data) throws IOException, ProtocolException {
         Refusal no = option == Nbd.OPT_ABORT ? null : refusal.get();
-        if (no != null) {
+        boolean opensExport = option == Nbd.OPT_GO || option == Nbd.OPT_INFO || option == Nbd.OPT_EXPORT_NAME;
+        if (no != null && (no.everyOption() || opensExport)) {
             if (option == Nbd.OPT_EXPORT_NAME) throw new ProtocolException(no.message()); // cannot carry an error
             reply(option, no.reply(), no.message());
             return null;

@@ -67,7 +67,7 @@ public final class NbdServer implements AutoCloseable {
     /** Clients over the limit being told so in their handshake; more than {@link #MAX_REFUSING} are just closed. */
     private final java.util.concurrent.atomic.AtomicInteger refusing = new java.util.concurrent.atomic.AtomicInteger();
     private static final int MAX_REFUSING = 256;
-    static final Handshake.Refusal SHUTTING_DOWN = new Handshake.Refusal(Nbd.REP_ERR_SHUTDOWN, "server is shutting down");
+    static final Handshake.Refusal SHUTTING_DOWN = new Handshake.Refusal(Nbd.REP_ERR_SHUTDOWN, "server is shutting down", true);
     private final AtomicLong connectionIds = new AtomicLong();
     private final ServerStats stats = new ServerStats();
     private volatile boolean stopping;
@@ -260,7 +260,7 @@ public final class NbdServer implements AutoCloseable {
         admitted.decrementAndGet();
         if (n == limit + 1 || n % 1000 == 0) log.warn("{}: refused: already {} connections (--max-connections {})", peer, n - 1, limit);
         return new Handshake.Refusal(Nbd.REP_ERR_POLICY,
-            "server has reached its limit of " + limit + " connections; try again later");
+            "server has reached its limit of " + limit + " connections; try again later", false);
     }
 
     private void release(Handshake.Refusal refusal) {
@@ -335,7 +335,7 @@ public final class NbdServer implements AutoCloseable {
         if (connections.remove(c)) release(c.admitted() ? null : REFUSED);
     }
 
-    private static final Handshake.Refusal REFUSED = new Handshake.Refusal(0, "");
+    private static final Handshake.Refusal REFUSED = new Handshake.Refusal(0, "", false);
 
     /** Logs throughput and the request state histograms every {@code interval}. */
     public void reportStatsEvery(Duration interval) {

@@ -68,10 +68,13 @@ class ConnectionLimitTest {
             RawClient.OptionReply refused = tryGo(fx.address, clients);
             assertThat(refused.type()).isEqualTo(Nbd.REP_ERR_POLICY);
             assertThat(refused.string()).contains("limit of 3 connections");
-            // Every further option is turned down the same way; ABORT still ends the session politely.
+            // It may still look (LIST, structured replies), but every option that opens an export is turned
+            // down the same way; ABORT still ends the session politely.
             RawClient over = clients.getLast();
-            RawClient.OptionReply list = over.optionUntilFinal(Nbd.OPT_LIST, new byte[0]).getLast();
-            assertThat(list.type()).isEqualTo(Nbd.REP_ERR_POLICY);
+            assertThat(over.optionUntilFinal(Nbd.OPT_LIST, new byte[0]).getLast().type()).isEqualTo(Nbd.REP_ACK);
+            assertThat(over.option(Nbd.OPT_STRUCTURED_REPLY, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
+            RawClient.OptionReply info = over.optionUntilFinal(Nbd.OPT_INFO, RawClient.exportRequest("mem", List.of())).getLast();
+            assertThat(info.type()).isEqualTo(Nbd.REP_ERR_POLICY);
             assertThat(over.option(Nbd.OPT_ABORT, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
             assertThat(fx.server.connectionCount()).as("a refused client holds no slot").isEqualTo(3);
 
