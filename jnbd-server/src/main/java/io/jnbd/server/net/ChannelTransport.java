@@ -94,21 +94,13 @@ final class ChannelTransport implements Transport {
 
     @Override
     public void shutdownInput() {
-        try {
-            channel.shutdownInput();
-        } catch (IOException ignored) {
-            // already shut down or closed
-        }
+        Transports.shutdown(channel, true);
     }
 
     @Override
     public void shutdown() {
         shutdownInput();
-        try {
-            channel.shutdownOutput();
-        } catch (IOException ignored) {
-            // already shut down or closed
-        }
+        Transports.shutdown(channel, false);
     }
 
     @Override

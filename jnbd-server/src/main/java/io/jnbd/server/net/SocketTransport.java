@@ -162,22 +162,14 @@ final class SocketTransport implements Transport {
 
     @Override
     public void shutdownInput() {
-        try {
-            channel.shutdownInput();
-        } catch (IOException ignored) {
-            // already shut down or closed
-        }
+        Transports.shutdown(channel, true);
         Poller.READ.wake(fd);
     }
 
     @Override
     public void shutdown() {
         shutdownInput();
-        try {
-            channel.shutdownOutput();
-        } catch (IOException ignored) {
-            // already shut down or closed
-        }
+        Transports.shutdown(channel, false);
         Poller.WRITE.wake(fd);
     }
 

@@ -53,6 +53,16 @@ public final class Transports {
         }
     }
 
+    /** Shuts one direction of {@code channel} down; one already shut down or closed is left as it is. */
+    static void shutdown(SocketChannel channel, boolean input) {
+        try {
+            if (input) channel.shutdownInput();
+            else channel.shutdownOutput();
+        } catch (IOException ignored) {
+            // already shut down or closed
+        }
+    }
+
     static void closeQuietly(AutoCloseable c) {
         try {
             c.close();
