@@ -58,6 +58,8 @@ public final class NativeSocket {
         ValueLayout.ADDRESS.withName("iov"), ValueLayout.JAVA_LONG.withName("iovlen"),
         ValueLayout.ADDRESS.withName("control"), ValueLayout.JAVA_LONG.withName("controllen"),
         ValueLayout.JAVA_INT.withName("flags"), MemoryLayout.paddingLayout(4));
+    private static final long MSG_IOV = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iov"));
+    private static final long MSG_IOVLEN = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iovlen"));
     private static final int MAX_IOV = 64;
     /** Room for the heap buffers of one send (reply headers, error messages) copied to native memory. */
     private static final int COPY_SPACE = 8192;
@@ -174,9 +176,8 @@ public final class NativeSocket {
                 n++;
             }
             if (n == 0) return 0;
-            s.msg.fill((byte) 0);
-            s.msg.set(ValueLayout.ADDRESS, MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iov")), s.iov);
-            s.msg.set(ValueLayout.JAVA_LONG, MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("iovlen")), n);
+            s.msg.set(ValueLayout.ADDRESS, MSG_IOV, s.iov);
+            s.msg.set(ValueLayout.JAVA_LONG, MSG_IOVLEN, n);
             long sent;
             while (true) {
                 sent = (long) SENDMSG.invokeExact(s.state, socketFd, s.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
