@@ -71,8 +71,10 @@ public final class NativeSocket {
      */
     private static final class Scratch {
         final MemorySegment state, small, offset, iov, msg, copies;
+        final int slot;
 
-        Scratch(Arena arena) {
+        Scratch(Arena arena, int slot) {
+            this.slot = slot;
             state = arena.allocate(CAPTURE_LAYOUT);
             copies = arena.allocate(COPY_SPACE);
             small = arena.allocate(64);
@@ -83,18 +85,30 @@ public final class NativeSocket {
     }
 
     /**
-     * Scratch areas not in use. Not a ThreadLocal: with a virtual thread per connection that would be one per
-     * connection; a native call never yields, so the areas in use are as many as the carriers and platform threads.
+     * Scratch areas, in slots taken with one compare-and-set. Not a ThreadLocal: with a virtual thread per
+     * connection that would be one area per connection; a native call never yields, so the areas in use at
+     * once are as many as the carriers and platform threads calling. A caller that finds no free slot (more
+     * threads than slots) gets an area of its own for the call.
      */
-    private static final java.util.concurrent.ConcurrentLinkedDeque<Scratch> FREE = new java.util.concurrent.ConcurrentLinkedDeque<>();
+    private static final int SLOTS = 64;
+    private static final Scratch[] SLOT = new Scratch[SLOTS];
+    private static final java.util.concurrent.atomic.AtomicIntegerArray BUSY = new java.util.concurrent.atomic.AtomicIntegerArray(SLOTS);
 
     private static Scratch take() {
-        Scratch s = FREE.pollFirst();
-        return s != null ? s : new Scratch(Arena.ofAuto());
+        int start = (int) Thread.currentThread().threadId();
+        for (int i = 0; i < SLOTS; i++) {
+            int slot = (start + i) & (SLOTS - 1);
+            if (BUSY.compareAndSet(slot, 0, 1)) {
+                Scratch s = SLOT[slot];
+                if (s == null) SLOT[slot] = s = new Scratch(Arena.ofAuto(), slot);
+                return s;
+            }
+        }
+        return new Scratch(Arena.ofAuto(), -1);
     }
 
     private static void give(Scratch s) {
-        FREE.offerFirst(s);
+        if (s.slot >= 0) BUSY.set(s.slot, 0);
     }
 
     static {
