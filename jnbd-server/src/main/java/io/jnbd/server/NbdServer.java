@@ -223,7 +223,7 @@ public final class NbdServer implements AutoCloseable {
             } catch (IOException e) {
                 log.warn("{}: {}", peer, e.toString());
                 closeQuietly(ch);
-                release(refusal);
+                releaseSlot(refusal == null);
                 continue;
             }
             Connection c = new Connection(this, transport, peer, refusal);
@@ -263,8 +263,9 @@ public final class NbdServer implements AutoCloseable {
             "server has reached its limit of " + limit + " connections; try again later", false);
     }
 
-    private void release(Handshake.Refusal refusal) {
-        if (refusal == null) admitted.decrementAndGet();
+    /** Gives back what a closed client held: a connection slot, or its place among those being refused. */
+    private void releaseSlot(boolean wasAdmitted) {
+        if (wasAdmitted) admitted.decrementAndGet();
         else refusing.decrementAndGet();
     }
 
@@ -332,10 +333,8 @@ public final class NbdServer implements AutoCloseable {
     }
 
     void connectionClosed(Connection c) {
-        if (connections.remove(c)) release(c.admitted() ? null : REFUSED);
+        if (connections.remove(c)) releaseSlot(c.admitted());
     }
-
-    private static final Handshake.Refusal REFUSED = new Handshake.Refusal(0, "", false);
 
     /** Logs throughput and the request state histograms every {@code interval}. */
     public void reportStatsEvery(Duration interval) {

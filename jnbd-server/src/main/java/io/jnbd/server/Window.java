@@ -59,10 +59,8 @@ final class Window {
         return size - requests.availablePermits();
     }
 
-    /** Waits up to {@code seconds} until every request has been answered; true if they all were. */
-    boolean drain(long seconds) throws InterruptedException {
-        if (!requests.tryAcquire(size, seconds, TimeUnit.SECONDS)) return false;
-        requests.release(size);
-        return true;
+    /** Waits up to {@code seconds} until every request has been answered. */
+    void drain(long seconds) throws InterruptedException {
+        if (requests.tryAcquire(size, seconds, TimeUnit.SECONDS)) requests.release(size);
     }
 }

@@ -45,8 +45,4 @@ public final class InputBuffers {
     public int inUse() {
         return lent.get();
     }
-
-    public int size() {
-        return size;
-    }
 }

@@ -151,13 +151,22 @@ public final class NativeSocket {
      * without it the caller keeps to the JDK's own calls.
      */
     public static int fd(java.nio.channels.SocketChannel channel) {
-        if (!AVAILABLE) return -1;
+        if (FD_VAL == null) return -1;
         try {
-            Class<?> selCh = Class.forName("sun.nio.ch.SelChImpl");
-            if (!selCh.isInstance(channel)) return -1;
-            return (int) selCh.getMethod("getFDVal").invoke(channel);
+            return (int) FD_VAL.invoke(channel);
         } catch (ReflectiveOperationException | RuntimeException e) {
-            return -1;
+            return -1; // not the JDK's channel class
+        }
+    }
+
+    /** SelChImpl.getFDVal, looked up once (every accepted connection asks), or null when not exported to us. */
+    private static final java.lang.reflect.Method FD_VAL = fdVal();
+
+    private static java.lang.reflect.Method fdVal() {
+        try {
+            return AVAILABLE ? Class.forName("sun.nio.ch.SelChImpl").getMethod("getFDVal") : null;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;
         }
     }
 
