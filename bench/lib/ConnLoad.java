@@ -125,6 +125,8 @@ public class ConnLoad {
         final Samples handshake = new Samples();
         final Samples reads = new Samples();
         final Samples dropped = new Samples(); // µs from connecting to the server's EOF/reset
+        /** Per second of the load: reads answered, the slowest (µs), and those over 5 ms; shows when a tail happens. */
+        final Map<Integer, long[]> bySecond = new TreeMap<>();
         long readsSent, readsOk, wrongReply, errorReply, closedByServer, closedInFlight, late, unanswered, refused;
         int greeted;
 
@@ -595,7 +597,12 @@ public class ConnLoad {
         long now = System.nanoTime();
         if (ok) {
             g.readsOk++;
-            g.reads.add((now - c.tSent) / 1000);
+            long micros = (now - c.tSent) / 1000;
+            g.reads.add(micros);
+            long[] sec = g.bySecond.computeIfAbsent((int) ((c.tSent - loadStart) / 1_000_000_000L), k -> new long[3]);
+            sec[0]++;
+            sec[1] = Math.max(sec[1], micros);
+            if (micros > 5000) sec[2]++;
         }
         c.state = State.READY;
         if (!sending) return;
@@ -816,6 +823,9 @@ public class ConnLoad {
             m.put("read_max_ms", r.length > 0 ? r[r.length - 1] / 1000.0 : null);
             double secs = (loadEnd - loadStart) / 1e9;
             m.put("reads_per_s", secs > 0 ? g.readsOk / secs : null);
+            List<List<Long>> timeline = new ArrayList<>();
+            g.bySecond.forEach((sec, v) -> timeline.add(List.of((long) sec, v[0], v[1], v[2])));
+            m.put("read_by_second", timeline); // [second, reads, max µs, reads over 5 ms]
         } else {
             int[] d = g.dropped.sorted();
             m.put("dropped", d.length);

@@ -1,6 +1,7 @@
 package io.jnbd.server;
 
 import io.jnbd.server.net.Transport;
+import io.jnbd.server.net.Transports;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -17,6 +18,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * it sees average {@link #MIN_GAP_NANOS} or more, sleeps otherwise, and polls once in a while anyway to
  * notice when the pattern changes. A poll that reaches the limit empty-handed makes the next ones rarer
  * (a slow or idle client costs one wasted poll in up to 256 waits), and at most half the CPUs poll at once.
+ * A poll also gives up its carrier as soon as another connection, woken for its socket, waits for one: 16
+ * clients at QD1 beside 2,200 idle ones on two CPUs had a read p99 of 8.2 ms with polling that did not
+ * look, 4.2-5.6 ms with polling off.
  *
  * <p>Nor does it pay after a large write payload: a client streaming large writes spends the gap copying
  * its next payload into the socket, the kernel's writeback of the last one wants a CPU as well, and the
@@ -58,6 +62,7 @@ final class BusyPoll {
             }
             if (meanGap < MIN_GAP_NANOS) return 0;
         }
+        if (Transports.othersWaitingToRun()) return 0;
         if (POLLERS.incrementAndGet() > MAX_POLLERS) {
             POLLERS.decrementAndGet();
             return 0;
@@ -79,6 +84,7 @@ final class BusyPoll {
                     return n;
                 }
                 now = System.nanoTime();
+                if (Transports.othersWaitingToRun()) return 0; // give the carrier up; neither a hit nor a miss
             } while (now - start < limitNanos);
         } finally {
             POLLERS.decrementAndGet();

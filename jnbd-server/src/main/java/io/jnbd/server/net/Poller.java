@@ -6,6 +6,7 @@ import java.io.InterruptedIOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.LockSupport;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -26,6 +27,12 @@ final class Poller {
     static final Poller READ = new Poller("read", NativeSocket.EPOLLIN);
     static final Poller WRITE = new Poller("write", NativeSocket.EPOLLOUT);
 
+    /**
+     * Virtual threads woken by either poller that have not run yet: they wait for a carrier. A carrier spent
+     * spinning for a connection's next request (BusyPoll) is then taken from a connection that has one.
+     */
+    private static final AtomicInteger WOKEN = new AtomicInteger();
+
     private final String name;
     private final int events;
     private final ConcurrentHashMap<Integer, Thread> waiters = new ConcurrentHashMap<>();
@@ -42,21 +49,34 @@ final class Poller {
      */
     void await(int fd, long timeoutNanos) throws IOException {
         Thread me = Thread.currentThread();
-        waiters.put(fd, me);
+        Thread stale = waiters.put(fd, me);
+        if (stale != null) { // a closed connection's thread still waiting on the descriptor's old number
+            WOKEN.incrementAndGet();
+            LockSupport.unpark(stale);
+        }
         try {
             NativeSocket.epollArmOnce(epfd(), fd, events);
             if (timeoutNanos > 0) LockSupport.parkNanos(this, timeoutNanos);
             else LockSupport.park(this);
         } finally {
-            waiters.remove(fd, me);
+            // Still registered: nobody woke us (a timeout, a stray unpark). Gone: a waker counted us in WOKEN.
+            if (!waiters.remove(fd, me)) WOKEN.decrementAndGet();
         }
         if (me.isInterrupted()) throw new InterruptedIOException("interrupted while waiting for a socket");
     }
 
     /** Wakes whoever waits on {@code fd} in this direction, e.g. because its connection is being closed. */
     void wake(int fd) {
-        Thread t = waiters.get(fd);
-        if (t != null) LockSupport.unpark(t);
+        Thread t = waiters.remove(fd);
+        if (t != null) {
+            WOKEN.incrementAndGet();
+            LockSupport.unpark(t);
+        }
+    }
+
+    /** Whether some connection woken for its socket still waits for a carrier to run on. */
+    static boolean wokenWaiting() {
+        return WOKEN.get() > 0;
     }
 
     private int epfd() throws IOException {

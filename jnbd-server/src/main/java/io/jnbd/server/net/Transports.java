@@ -22,6 +22,14 @@ public final class Transports {
         return new SocketTransport(channel, fd);
     }
 
+    /**
+     * Whether a connection woken for its socket is still waiting for a carrier thread: a carrier kept busy
+     * meanwhile (spinning for a request that has not come) delays one that has.
+     */
+    public static boolean othersWaitingToRun() {
+        return Poller.wokenWaiting();
+    }
+
     /** Fills {@code dst}; false on a clean end of stream before its first byte, EOFException after it. */
     public static boolean receiveFully(Transport t, ByteBuffer dst) throws IOException {
         boolean any = false;
