@@ -157,7 +157,7 @@ final class Connection implements Runnable {
         } catch (TlsException e) {
             // When the server itself cut the connection (handshake timeout, shutdown), TLS only reports the cut.
             tlsFailed = !aborted;
-            end = aborted ? "closed by the server" : e instanceof Handshake.TlsHandshakeFailed ? e.getMessage() : "TLS error: " + e.getMessage();
+            end = aborted ? "closed by the server" : tlsFailure(e);
         } catch (EOFException | ClosedChannelException e) {
             end = stopRequested ? "closed by server shutdown" : "client disconnected";
         } catch (IOException e) {
@@ -181,6 +181,13 @@ final class Connection implements Runnable {
             else if (tlsFailed) log.warn("{}: {}", peer, end);
             else log.info("{}: {} during handshake", peer, end);
         }
+    }
+
+    /** The line that ends a connection TLS failed on, naming TLS once whether or not its message does. */
+    private static String tlsFailure(TlsException e) {
+        String why = String.valueOf(e.getMessage());
+        if (why.startsWith("TLS")) return why;
+        return (e instanceof Handshake.TlsHandshakeFailed ? "TLS handshake failed: " : "TLS session failed: ") + why;
     }
 
     private static String describeTls(Transport t) {

@@ -43,10 +43,10 @@ final class Handshake {
      */
     record Refusal(int reply, String message, boolean everyOption) {}
 
-    /** The TLS handshake after STARTTLS failed: the message says why, for the connection's last log line. */
+    /** The TLS handshake after STARTTLS failed; the message is the TLS layer's, saying why. */
     static final class TlsHandshakeFailed extends TlsException {
         TlsHandshakeFailed(TlsException cause) {
-            super("TLS handshake failed: " + cause.getMessage(), cause);
+            super(cause.getMessage(), cause);
         }
     }
 

@@ -212,6 +212,16 @@ class StartTlsTest {
     }
 
     @Test
+    void theHandshakeTimeoutCoversAClientStalledInsideTheTlsHandshake() throws Exception {
+        start(ServerTls.Mode.REQUIRE, ServerConfig.defaults().withHandshakeTimeout(Duration.ofSeconds(1)));
+        try (RawClient c = greeted()) {
+            assertThat(c.option(Nbd.OPT_STARTTLS, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
+            c.write(NullTls.record(NullTls.HANDSHAKE, new byte[40], 0, 40).limit(12)); // part of a hello, then nothing
+            assertThat(c.drainUntilClosed()).as("closed by the handshake timeout").isTrue();
+        }
+    }
+
+    @Test
     void aClientIdleBetweenRequestsUnderTlsStays() throws Exception {
         start(ServerTls.Mode.REQUIRE, ServerConfig.defaults().withReceiveTimeout(Duration.ofMillis(300)));
         try (RawClient c = greeted()) {
