@@ -317,7 +317,7 @@ final class Handshake {
         try {
             return exports.find(name, client);
         } catch (ExportRegistry.Refused e) {
-            log.info("{}: {} '{}' refused: {} ({})", peer, Nbd.optionName(option), name, e.getMessage(), client.describe());
+            log.info("{}: NBD_OPT_{} '{}' refused: {} ({})", peer, Nbd.optionName(option), name, e.getMessage(), client.describe());
             throw e;
         }
     }
