@@ -75,7 +75,37 @@ class FilesystemInteropTest {
     void ext4RoundTripThroughNbdfuseAndLoop(String options) throws Exception {
         Path image = dir.resolve("fs.img");
         server = JnbdServer.start(dir, "--export", "fs=file:" + image + ",size=128M," + options);
+        roundTrip(image, server.uri("fs"));
+    }
 
+    /**
+     * The same over TLS ({@code --tls require}). nbdfuse's libnbd refuses {@code ?tls-certificates=} in the URI (a
+     * local file), and as root it looks for the CA in /etc/pki/libnbd: the test puts it there for its own duration,
+     * and only where that directory does not exist already, so that an administrator's is never touched.
+     */
+    @Test
+    void ext4RoundTripOverTls() throws Exception {
+        Path system = Path.of("/etc/pki/libnbd");
+        assumeTrue(!Files.exists(system), "/etc/pki/libnbd exists: not replacing it for the test");
+        TlsFiles tls = new TlsFiles(dir.resolve("pki"));
+        Path pki = system.getParent();
+        boolean madePki = !Files.exists(pki);
+        Files.createDirectories(system);
+        cleanups.push(() -> {
+            Files.deleteIfExists(system.resolve("ca-cert.pem"));
+            Files.deleteIfExists(system);
+            if (madePki) Files.deleteIfExists(pki);
+        });
+        Files.copy(tls.caOnly.resolve("ca-cert.pem"), system.resolve("ca-cert.pem"));
+        Path image = dir.resolve("fs.img");
+        server = JnbdServer.start(dir, "--tls", "require", "--tls-certificates", tls.server.toString(),
+            "--export", "fs=file:" + image + ",size=128M");
+        roundTrip(image, "nbds://127.0.0.1:" + server.port() + "/fs");
+        assertThat(server.log()).contains("connected to export 'fs'", "TLS TLSv1.3");
+    }
+
+    /** Make ext4 on {@code uri} through nbdfuse and a loop device, fill it, check it, mount it again and compare. */
+    private void roundTrip(Path image, String uri) throws Exception {
         Path tree = dir.resolve("tree");
         generateTree(tree, 7);
         Map<String, String> expected = checksums(tree);
@@ -85,7 +115,7 @@ class FilesystemInteropTest {
         Path mnt = Files.createDirectories(dir.resolve("mnt"));
 
         // 1. attach, make the filesystem, copy the tree in, unmount
-        String loop = attach(fuseDir);
+        String loop = attach(fuseDir, uri);
         run("mkfs.ext4", "-q", "-F", loop);
         mount(loop, mnt);
         copyTree(tree, mnt.resolve("tree"));
@@ -100,17 +130,17 @@ class FilesystemInteropTest {
         assertThat(fsckImage.exitCode()).as("fsck.ext4 -fn of the export's backing file: " + fsckImage).isZero();
 
         // 3. attach again from scratch, mount, compare every file
-        loop = attach(fuseDir);
+        loop = attach(fuseDir, uri);
         mount(loop, mnt);
         assertThat(checksums(mnt.resolve("tree"))).isEqualTo(expected);
         unmount(mnt);
         detach();
     }
 
-    /** nbdfuse the export into fuseDir/nbd, losetup it; returns the loop device. */
-    private String attach(Path fuseDir) throws Exception {
+    /** nbdfuse the export at {@code uri} into fuseDir/nbd, losetup it; returns the loop device. */
+    private String attach(Path fuseDir, String uri) throws Exception {
         Path file = fuseDir.resolve("nbd");
-        Process nbdfuse = new ProcessBuilder("nbdfuse", fuseDir.toString(), server.uri("fs"))
+        Process nbdfuse = new ProcessBuilder("nbdfuse", fuseDir.toString(), uri)
             .redirectErrorStream(true)
             .redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("nbdfuse.log").toFile()))
             .start();
