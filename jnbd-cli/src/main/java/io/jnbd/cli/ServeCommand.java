@@ -278,6 +278,14 @@ public final class ServeCommand implements Callable<Integer> {
         }
         unixPaths.forEach(p -> addresses.add(UnixDomainSocketAddress.of(p)));
 
+        if (tlsChoice.mode() == ServerTls.Mode.OFF) {
+            for (ExportSpec s : specs) {
+                if (s.access().namesIdentities()) {
+                    org.slf4j.LoggerFactory.getLogger(ServeCommand.class).warn("export '{}': allow={} names TLS identities, "
+                        + "and TLS is off (--tls): only its address entries can admit anyone", s.name(), s.access());
+                }
+            }
+        }
         // Before any export is opened (a file export may create its file): a TLS setting that cannot work stops everything.
         ServerTls serverTls;
         try {

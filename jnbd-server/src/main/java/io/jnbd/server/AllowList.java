@@ -71,6 +71,11 @@ public final class AllowList {
         return false;
     }
 
+    /** Whether some entry is a TLS identity, so that a client may be admitted by its TLS session. */
+    public boolean namesIdentities() {
+        return !identities.isEmpty();
+    }
+
     /** An address or CIDR range, or null if {@code entry} is neither (then it is an identity). */
     private static Range range(String entry) {
         int slash = entry.indexOf('/');

@@ -24,7 +24,7 @@ import java.util.List;
  * tls-psk = /etc/jnbd/keys.psk
  * </pre>
  *
- * Settings the file does not set are null (false for {@code tlsVerifyPeer}): the command line or the default decides.
+ * Settings the file does not set are null: the command line or the default decides.
  */
 public record ConfigFile(List<String> listen, List<String> unix, List<ExportSpec> exports, String defaultExport,
                          Integer receiveTimeout, Integer backlog, ServerTls.Mode tls, Path tlsCertificates,

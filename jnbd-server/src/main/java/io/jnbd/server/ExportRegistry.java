@@ -37,10 +37,24 @@ public interface ExportRegistry {
     /** That connection has ended; every request it read has been answered. */
     default void detached(Export export, String peer) {}
 
-    /** The export exists but this client may not have it; the message says why ({@code NBD_REP_ERR_POLICY}). */
+    /**
+     * The export exists but this client may not have it; the message says why ({@code NBD_REP_ERR_POLICY}).
+     * {@link #tlsMayAdmit}: a client without TLS might be admitted once it has it ({@code NBD_REP_ERR_TLS_REQD}).
+     */
     final class Refused extends Exception {
+        private final boolean tlsMayAdmit;
+
         public Refused(String message) {
+            this(message, false);
+        }
+
+        public Refused(String message, boolean tlsMayAdmit) {
             super(message, null, false, false);
+            this.tlsMayAdmit = tlsMayAdmit;
+        }
+
+        public boolean tlsMayAdmit() {
+            return tlsMayAdmit;
         }
     }
 }

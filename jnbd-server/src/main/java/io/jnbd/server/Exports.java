@@ -33,7 +33,11 @@ public final class Exports implements ExportRegistry {
     @Override
     public Export find(String name, Client client) throws Refused {
         Export e = find(name);
-        if (e != null && !e.access().allows(client)) throw new Refused("export '" + e.name() + "' is not open to this client");
+        if (e != null && !e.access().allows(client)) {
+            // Without TLS a client has no identity: if the list names some, TLS may be what it lacks.
+            boolean tlsMayAdmit = client.identities().isEmpty() && e.access().namesIdentities();
+            throw new Refused("export '" + e.name() + "' is not open to this client" + (tlsMayAdmit ? " without TLS" : ""), tlsMayAdmit);
+        }
         return e;
     }
 

@@ -211,7 +211,9 @@ final class Handshake {
         try {
             export = find(option, req.name());
         } catch (ExportRegistry.Refused e) {
-            reply(option, Nbd.REP_ERR_POLICY, e.getMessage());
+            // SELECTIVETLS: an export only TLS could open is a TLS-only export, and GO and INFO must say TLS_REQD.
+            boolean tlsReqd = e.tlsMayAdmit() && tls != ServerTls.Mode.OFF && !tlsActive;
+            reply(option, tlsReqd ? Nbd.REP_ERR_TLS_REQD : Nbd.REP_ERR_POLICY, e.getMessage());
             return null;
         }
         if (export == null) {

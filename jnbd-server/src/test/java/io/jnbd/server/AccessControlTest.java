@@ -103,7 +103,9 @@ class AccessControlTest {
             "byname=memory:1M,allow=alice", "local=memory:1M,allow=127.0.0.0/8", "remote=memory:1M,allow=10.0.0.0/8;192.0.2.1");
         try (RawClient plain = greeted(address)) {
             assertThat(listed(plain)).containsExactly("local");
-            assertThat(go(plain, Nbd.OPT_INFO, "byname")).isEqualTo(Nbd.REP_ERR_POLICY);
+            // Only TLS could open 'byname' (the spec's TLS-only export): GO and INFO say TLS_REQD, not POLICY.
+            assertThat(go(plain, Nbd.OPT_INFO, "byname")).isEqualTo(Nbd.REP_ERR_TLS_REQD);
+            assertThat(go(plain, Nbd.OPT_GO, "byname")).isEqualTo(Nbd.REP_ERR_TLS_REQD);
             assertThat(go(plain, Nbd.OPT_INFO, "remote")).isEqualTo(Nbd.REP_ERR_POLICY);
             assertThat(go(plain, Nbd.OPT_INFO, "local")).isEqualTo(Nbd.REP_ACK);
             StartTlsTest.startTls(plain, "alice");
@@ -135,6 +137,7 @@ class AccessControlTest {
         try (RawClient c = greeted(address)) {
             assertThat(listed(c)).isEmpty();
             assertThat(go(c, Nbd.OPT_INFO, "lo")).isEqualTo(Nbd.REP_ERR_POLICY);
+            assertThat(go(c, Nbd.OPT_INFO, "alice")).isEqualTo(Nbd.REP_ERR_TLS_REQD);
             StartTlsTest.startTls(c, "alice");
             assertThat(listed(c)).containsExactly("alice");
         }

@@ -24,6 +24,7 @@ final class RawTransportChannel implements RawChannel {
     private volatile long owedSince;
     /** Once set, writes never wait: close_notify is sent only if the socket takes it at once. */
     private volatile boolean closing;
+    private final ByteBuffer[] one = new ByteBuffer[1];
 
     RawTransportChannel(Transport plain) {
         this.plain = plain;
@@ -66,12 +67,19 @@ final class RawTransportChannel implements RawChannel {
 
     @Override
     public void write(ByteBuffer src) throws IOException {
-        if (!closing) {
-            plain.send(src);
-            return;
+        // Writes never overlap (the session has one writer at a time), so one array serves them all.
+        ByteBuffer[] srcs = one;
+        srcs[0] = src;
+        try {
+            if (!closing) {
+                plain.send(srcs);
+                return;
+            }
+            plain.sendNow(srcs);
+            if (src.hasRemaining()) throw new IOException("no room for close_notify; closing without it");
+        } finally {
+            srcs[0] = null;
         }
-        plain.sendNow(src);
-        if (src.hasRemaining()) throw new IOException("no room for close_notify; closing without it");
     }
 
     /** See {@link Transport#owedSince()}. */
