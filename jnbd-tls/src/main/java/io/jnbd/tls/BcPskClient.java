@@ -121,8 +121,12 @@ final class BcPskClient {
                 if (d == AlertDescription.decrypt_error || d == AlertDescription.bad_record_mac) {
                     return "PSK handshake failed: the server refused the key of '" + identity + "' (" + AlertDescription.getText(d) + ")";
                 }
-            } else if (e instanceof TlsFatalAlert a && a.getAlertDescription() == AlertDescription.bad_record_mac) {
-                return "PSK handshake failed: the server's key for '" + identity + "' differs (bad_record_mac)";
+            } else if (e instanceof TlsFatalAlert a) {
+                if (a.getAlertDescription() == AlertDescription.bad_record_mac) {
+                    return "PSK handshake failed: the server's key for '" + identity + "' differs (bad_record_mac)";
+                }
+                // Raised here, with a line of our own (a server that chose no PSK, or sent a certificate).
+                if (Failures.detail(a) != null && Failures.detail(a).contains(identity)) return Failures.detail(a);
             }
             return Failures.why(e);
         }

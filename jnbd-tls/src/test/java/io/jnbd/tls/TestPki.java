@@ -1,6 +1,9 @@
 package io.jnbd.tls;
 
+import org.bouncycastle.asn1.sec.ECPrivateKey;
 import org.bouncycastle.asn1.x500.X500Name;
+import org.bouncycastle.asn1.x509.SubjectPublicKeyInfo;
+import org.bouncycastle.util.io.pem.PemObject;
 import org.bouncycastle.asn1.x509.BasicConstraints;
 import org.bouncycastle.asn1.x509.CRLReason;
 import org.bouncycastle.asn1.x509.ExtendedKeyUsage;
@@ -202,10 +205,10 @@ public final class TestPki {
             if (sans != null) b.addExtension(Extension.subjectAlternativeName, false, sans);
             X509Certificate cert = new JcaX509CertificateConverter().getCertificate(b.build(signer(caKeys.getPrivate())));
             writePem(certFile, cert);
-            if (format == KeyFormat.PKCS8) {
-                writePem(keyFile, new JcaPKCS8Generator(keys.getPrivate(), null).generate());
-            } else {
-                writePem(keyFile, keys.getPrivate()); // BouncyCastle writes PKCS#1 for RSA, SEC1 for EC
+            switch (format) {
+                case PKCS8 -> writePem(keyFile, new JcaPKCS8Generator(keys.getPrivate(), null).generate());
+                case PKCS1_RSA -> writePem(keyFile, keys.getPrivate()); // BouncyCastle writes an RSA key as PKCS#1
+                case SEC1_EC -> writePem(keyFile, sec1(keys));
             }
             return serial;
         } catch (IOException e) {
@@ -213,6 +216,14 @@ public final class TestPki {
         } catch (Exception e) {
             throw new IllegalStateException("cannot issue a test certificate", e);
         }
+    }
+
+    /** RFC 5915 with the curve and public key in it, as openssl and certtool write it (the JDK's inner encoding has neither). */
+    private static PemObject sec1(KeyPair keys) throws IOException {
+        SubjectPublicKeyInfo spki = SubjectPublicKeyInfo.getInstance(keys.getPublic().getEncoded());
+        BigInteger d = ((java.security.interfaces.ECPrivateKey) keys.getPrivate()).getS();
+        return new PemObject("EC PRIVATE KEY",
+            new ECPrivateKey(256, d, spki.getPublicKeyData(), spki.getAlgorithm().getParameters()).getEncoded());
     }
 
     private static KeyPair keyPair(KeyFormat format) throws Exception {
