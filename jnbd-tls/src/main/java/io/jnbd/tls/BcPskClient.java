@@ -115,6 +115,15 @@ final class BcPskClient {
         }
 
         String explain(Throwable e) {
+            // GnuTLS servers (nbdkit, qemu-nbd) hang up without an alert on an unknown identity or a wrong key.
+            if (e instanceof TlsException t && t.getMessage().startsWith("the connection closed before")) {
+                return "PSK handshake failed: the server closed the connection on our ClientHello"
+                    + " (does it know PSK identity '" + identity + "', with this key?)";
+            }
+            if (e instanceof TlsException t && t.getMessage().endsWith("the connection closed during the handshake")) {
+                return "PSK handshake failed: the server closed the connection during the handshake"
+                    + " (is its key for '" + identity + "' another?)";
+            }
             if (e instanceof TlsFatalAlertReceived r) {
                 short d = r.getAlertDescription();
                 if (d == AlertDescription.unknown_psk_identity) return "the server does not know PSK identity '" + identity + "'";
