@@ -1,0 +1,18 @@
+package io.jnbd.tls;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+
+/**
+ * The plain byte stream TLS runs over: a connection's socket after the NBD handshake reached STARTTLS. The server
+ * adapts its transport to it, the client its socket channel.
+ *
+ * <p>One thread may read while another writes.
+ */
+public interface RawChannel {
+    /** Reads at least one byte into {@code dst}, waiting for it; -1 at end of stream. */
+    int read(ByteBuffer dst) throws IOException;
+
+    /** Writes every remaining byte of {@code src}, waiting for room as needed. */
+    void write(ByteBuffer src) throws IOException;
+}
