@@ -97,10 +97,10 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
 
     /**
      * Requires TLS (STARTTLS) on every connection with {@code settings}, whatever the URI's scheme; null restores
-     * the default (TLS only for {@code nbds} URIs). With an {@code nbds} URI the URI's own parameters come first:
-     * its certificate directory, PSK file and user replace these where it gives them, either side can turn peer
-     * verification off, and the name checked is the URI's host (or {@code tls-hostname}); this {@code serverName}
-     * serves only URIs without one ({@code nbd+unix}).
+     * the default (TLS only for {@code nbds} URIs). With an {@code nbds} URI the URI comes first: its certificate
+     * directory, PSK file and user replace these where it gives them, either side can turn peer verification
+     * off, and the name checked is the URI's ({@link NbdUri#tls()}). {@code serverName} may be null: the URI's
+     * host is then checked.
      */
     public ClientOptions withTls(TlsClientSettings settings) {
         return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, settings);

@@ -26,8 +26,9 @@ import java.util.Map;
  *       X.509; the URI's user ({@code nbds://alice@host/}) picks the identity, else the file's first line</li>
  *   <li>{@code tls-verify-peer=false}: accept any server certificate (default true: the chain must lead to the CA
  *       and name the host)</li>
- *   <li>{@code tls-hostname=NAME}: the name the server's certificate must carry, instead of the URI's host; an
- *       {@code nbds+unix} URI has no host, so without it only the chain is checked</li>
+ *   <li>{@code tls-hostname=NAME}: the name the server's certificate must carry, instead of the URI's host. An
+ *       {@code nbds+unix} URI has no host: without this parameter the certificate is not verified, as libnbd
+ *       does</li>
  * </ul>
  *
  * @param uri        the URI as given, for messages
@@ -129,11 +130,17 @@ public record NbdUri(URI uri, SocketAddress address, String exportName, TlsClien
                 default -> throw new IllegalArgumentException("tls-type must be x509 or psk, not '" + type + "': " + uri);
             }
         }
-        boolean verifyPeer = bool(query, "tls-verify-peer", uri);
         String hostname = query.get("tls-hostname");
         if (hostname != null && hostname.isEmpty()) throw new IllegalArgumentException("empty tls-hostname in " + uri);
-        String user = user(uri);
-        return new TlsClientSettings(certificates, pskFile, user, verifyPeer, hostname != null ? hostname : host);
+        String serverName = hostname != null ? hostname : host;
+        Boolean verify = bool(query, "tls-verify-peer", uri);
+        if (serverName == null && Boolean.TRUE.equals(verify)) {
+            throw new IllegalArgumentException("tls-verify-peer=true needs tls-hostname=NAME on a Unix socket, which has"
+                + " no host name to check the server's certificate against: " + uri);
+        }
+        // As libnbd: without a name to check (nbds+unix), the server's certificate is not verified.
+        boolean verifyPeer = serverName != null && (verify == null || verify);
+        return new TlsClientSettings(certificates, pskFile, user(uri), verifyPeer, serverName);
     }
 
     /** The user of {@code user@host}, or of libnbd's {@code nbds+unix://user@/?socket=...}; null if none. */
@@ -155,9 +162,10 @@ public record NbdUri(URI uri, SocketAddress address, String exportName, TlsClien
         return Path.of(value);
     }
 
-    private static boolean bool(Map<String, String> query, String key, URI uri) {
+    /** The parameter's value, or null when absent. */
+    private static Boolean bool(Map<String, String> query, String key, URI uri) {
         String value = query.get(key);
-        if (value == null) return true;
+        if (value == null) return null;
         return switch (value.toLowerCase(Locale.ROOT)) {
             case "1", "true", "yes", "on" -> true;
             case "0", "false", "no", "off" -> false;

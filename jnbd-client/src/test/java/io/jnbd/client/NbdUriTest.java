@@ -91,13 +91,17 @@ class NbdUriTest {
     }
 
     @Test
-    void nbdsUnixHasNoHostNameUnlessGivenOne() {
+    void nbdsUnixVerifiesTheServerOnlyWithATlsHostname() {
+        // As libnbd: a Unix socket has no host name to check the certificate against, so it is not verified...
         NbdUri u = NbdUri.parse("nbds+unix:///disk?socket=/tmp/nbd.sock&tls-certificates=/c");
         assertThat(u.address()).isEqualTo(UnixDomainSocketAddress.of("/tmp/nbd.sock"));
         assertThat(u.exportName()).isEqualTo("disk");
-        assertThat(u.tls()).isEqualTo(new TlsClientSettings(Path.of("/c"), null, null, true, null));
-        assertThat(NbdUri.parse("nbds+unix:///?socket=/s&tls-hostname=nbd.example").tls().serverName())
-            .isEqualTo("nbd.example");
+        assertThat(u.tls()).isEqualTo(new TlsClientSettings(Path.of("/c"), null, null, false, null));
+        // ...unless tls-hostname names what to check.
+        assertThat(NbdUri.parse("nbds+unix:///?socket=/s&tls-hostname=nbd.example").tls())
+            .isEqualTo(new TlsClientSettings(null, null, null, true, "nbd.example"));
+        assertThatThrownBy(() -> NbdUri.parse("nbds+unix:///?socket=/s&tls-verify-peer=true"))
+            .hasMessageContaining("tls-verify-peer=true needs tls-hostname=NAME");
         assertThatThrownBy(() -> NbdUri.parse("nbds+unix:///x")).hasMessageContaining("socket=PATH");
     }
 
@@ -142,7 +146,7 @@ class NbdUriTest {
             .isEqualTo(new TlsClientSettings(Path.of("/opt/certs"), null, null, true, "h"));
         assertThat(opts.tlsFor(NbdUri.parse("nbds://h/x?tls-certificates=/c&tls-verify-peer=false")))
             .isEqualTo(new TlsClientSettings(Path.of("/c"), null, null, false, "h"));
-        assertThat(opts.tlsFor(NbdUri.parse("nbds+unix:///x?socket=/s")).serverName()).isEqualTo("configured.example");
+        assertThat(opts.tlsFor(NbdUri.parse("nbd+unix:///x?socket=/s")).serverName()).isEqualTo("configured.example");
         // The older constructor and every with... method keep the TLS settings.
         assertThat(opts.withConnections(2).withCache(1 << 20, 0).tls()).isEqualTo(base);
         assertThat(new ClientOptions(1, 1, java.time.Duration.ofSeconds(1), java.time.Duration.ZERO, true, 0, 0, 4096, null).tls()).isNull();
