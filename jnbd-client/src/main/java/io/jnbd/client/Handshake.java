@@ -29,6 +29,8 @@ final class Handshake {
     /** Replies to options are small (names, descriptions, infos); anything larger is a broken server. */
     private static final int MAX_OPTION_REPLY = 64 * 1024;
     private static final long OLDSTYLE_MAGIC = 0x00420281861253L;
+    /** How jnbd-tls starts its reasons; the client's message names the peer instead. */
+    private static final String TLS_FAILED = "TLS handshake failed: ";
 
     /** What the handshake settled for the transmission phase, and the stream it goes on in (TLS or not). */
     record Result(ExportInfo info, int baseAllocationId, Transport transport) {}
@@ -80,7 +82,9 @@ final class Handshake {
         try {
             session = tls.connect(transport.raw());
         } catch (TlsException e) {
-            throw new NbdConnectionException("TLS handshake with " + peer + " failed: " + e.getMessage(), e);
+            String why = e.getMessage() == null ? e.toString() : e.getMessage();
+            if (why.startsWith(TLS_FAILED)) why = why.substring(TLS_FAILED.length());
+            throw new NbdConnectionException("TLS handshake with " + peer + " failed: " + why, e);
         }
         transport = new Transport.Tls(transport.socket, session);
     }
