@@ -8,7 +8,7 @@ package io.jnbd.tls;
 public interface TlsServer {
     /** Loads the certificates, key and PSK file; checks that they are usable. */
     static TlsServer load(TlsServerSettings settings) throws TlsConfigException {
-        throw new UnsupportedOperationException("not built yet");
+        return ServerContext.load(settings, Versions.TLS13_AND_12);
     }
 
     /**
