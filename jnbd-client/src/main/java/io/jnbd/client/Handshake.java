@@ -30,7 +30,7 @@ final class Handshake {
     private static final int MAX_OPTION_REPLY = 64 * 1024;
     private static final long OLDSTYLE_MAGIC = 0x00420281861253L;
     /** How jnbd-tls starts its reasons; the client's message names the peer instead. */
-    private static final String TLS_FAILED = "TLS handshake failed: ";
+    private static final List<String> TLS_PREFIXES = List.of("TLS handshake failed: ", "TLS session failed: ");
 
     /** What the handshake settled for the transmission phase, and the stream it goes on in (TLS or not). */
     record Result(ExportInfo info, int baseAllocationId, Transport transport) {}
@@ -82,11 +82,21 @@ final class Handshake {
         try {
             session = tls.connect(transport.raw());
         } catch (TlsException e) {
-            String why = e.getMessage() == null ? e.toString() : e.getMessage();
-            if (why.startsWith(TLS_FAILED)) why = why.substring(TLS_FAILED.length());
-            throw new NbdConnectionException("TLS handshake with " + peer + " failed: " + why, e);
+            throw tlsFailed(e);
         }
         transport = new Transport.Tls(transport.socket, session);
+    }
+
+    /**
+     * A TLS failure at any point of the handshake, STARTTLS's or NBD's after it: with TLS 1.3 a server's refusal of
+     * the client's certificate arrives only after the client has finished its side, with the first option reply.
+     */
+    private NbdConnectionException tlsFailed(TlsException e) {
+        String why = e.getMessage() == null ? e.toString() : e.getMessage();
+        for (String prefix : TLS_PREFIXES) {
+            if (why.startsWith(prefix)) why = why.substring(prefix.length());
+        }
+        return new NbdConnectionException("TLS handshake with " + peer + " failed: " + why, e);
     }
 
     /** Negotiates structured replies and base:allocation (if wanted), then enters transmission with {@code export}. */
@@ -282,6 +292,8 @@ final class Handshake {
             int r;
             try {
                 r = transport.read(buf);
+            } catch (TlsException e) {
+                throw tlsFailed(e);
             } catch (IOException e) {
                 throw new NbdConnectionException("connection to " + peer + " failed while reading " + what + ": " + e.getMessage(), e);
             }
@@ -294,6 +306,10 @@ final class Handshake {
     }
 
     private void writeFully(ByteBuffer buf) throws IOException {
-        transport.write(buf);
+        try {
+            transport.write(buf);
+        } catch (TlsException e) {
+            throw tlsFailed(e);
+        }
     }
 }

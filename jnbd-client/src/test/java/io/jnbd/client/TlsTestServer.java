@@ -106,6 +106,10 @@ final class TlsTestServer implements AutoCloseable {
                     s = new Stream(raw, tls.accept(raw, "test client"));
                 }
                 case Nbd.OPT_GO -> {
+                    if (s.secure == null) {
+                        optionReply(s, oh.option(), Nbd.REP_ERR_TLS_REQD, ByteBuffer.allocate(0));
+                        continue;
+                    }
                     Info info = new Info.Export(disk.length, Nbd.FLAG_HAS_FLAGS | Nbd.FLAG_SEND_FLUSH);
                     ByteBuffer b = ByteBuffer.allocate(info.encodedLength());
                     info.encode(b);
