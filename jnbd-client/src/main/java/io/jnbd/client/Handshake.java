@@ -41,6 +41,8 @@ final class Handshake {
     /** Null for a plain connection. */
     private final TlsClient tls;
     private boolean noZeroes;
+    /** TLS is up and the server has not sent a byte over it yet. */
+    private boolean awaitingFirstTlsReply;
 
     Handshake(Transport transport, String peer, TlsClient tls) {
         this.transport = transport;
@@ -85,6 +87,7 @@ final class Handshake {
             throw tlsFailed(e);
         }
         transport = new Transport.Tls(transport.socket, session);
+        awaitingFirstTlsReply = true;
     }
 
     /**
@@ -295,14 +298,26 @@ final class Handshake {
             } catch (TlsException e) {
                 throw tlsFailed(e);
             } catch (IOException e) {
+                if (awaitingFirstTlsReply) throw closedAfterTls(e);
                 throw new NbdConnectionException("connection to " + peer + " failed while reading " + what + ": " + e.getMessage(), e);
             }
             if (r < 0) {
+                if (awaitingFirstTlsReply) throw closedAfterTls(new EOFException());
                 throw new NbdConnectionException(peer + " closed the connection while the client was reading " + what,
                     new EOFException());
             }
         }
+        awaitingFirstTlsReply = false;
         return buf.flip();
+    }
+
+    /**
+     * GnuTLS servers (nbdkit, qemu-nbd) refuse a TLS 1.3 client's certificate, or its absence, by hanging up once
+     * the client has finished its side of the handshake: the hang-up is the only reason the client gets.
+     */
+    private NbdConnectionException closedAfterTls(IOException e) {
+        return new NbdConnectionException("TLS handshake with " + peer + " failed: the server closed the connection"
+            + " as it ended (a client certificate missing or refused?)", e);
     }
 
     private void writeFully(ByteBuffer buf) throws IOException {
