@@ -34,19 +34,7 @@ class NbdkitTlsInteropTest {
     void makePki() throws Exception {
         Peer.assumeInterop("nbdkit");
         pki = Files.createDirectory(dir.resolve("pki"));
-        ca = gnutlsPki(pki);
-    }
-
-    /**
-     * A CA with a server "localhost" and a client "client" whose keys are RSA: GnuTLS 3.7 (nbdkit 1.32, qemu-nbd
-     * 7.2) cannot read the EC keys TestPki writes by default, which lack their public key.
-     */
-    static TestPki gnutlsPki(Path dir) {
-        TestPki ca = TestPki.newCa("jnbd test CA");
-        ca.writeCa(dir);
-        ca.writeServer(dir, "localhost", TestPki.Validity.CURRENT, TestPki.KeyFormat.PKCS1_RSA);
-        ca.writeClient(dir, "client", TestPki.Validity.CURRENT, TestPki.KeyFormat.PKCS1_RSA);
-        return ca;
+        ca = TestPki.create(pki);
     }
 
     @AfterEach
@@ -144,7 +132,7 @@ class NbdkitTlsInteropTest {
 
         Path expired = Files.createDirectory(dir.resolve("expired"));
         ca.writeCa(expired);
-        ca.writeServer(expired, "localhost", TestPki.Validity.EXPIRED, TestPki.KeyFormat.PKCS1_RSA);
+        ca.writeServer(expired, "localhost", TestPki.Validity.EXPIRED, TestPki.KeyFormat.PKCS8);
         Peer old = nbdkit("--tls=require", "--tls-certificates=" + expired, "memory", "size=1M");
         assertThatThrownBy(() -> NbdClient.connect(nbds("localhost", old, "tls-certificates=" + expired)))
             .isInstanceOf(NbdConnectionException.class).hasMessageStartingWith("TLS handshake with localhost:" + old.port + " failed: ")

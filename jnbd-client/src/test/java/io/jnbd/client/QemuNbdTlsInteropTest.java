@@ -26,7 +26,7 @@ class QemuNbdTlsInteropTest {
     void makePki() throws Exception {
         Peer.assumeInterop("qemu-nbd");
         pki = Files.createDirectory(dir.resolve("pki"));
-        ca = NbdkitTlsInteropTest.gnutlsPki(pki);
+        ca = TestPki.create(pki);
     }
 
     @AfterEach
