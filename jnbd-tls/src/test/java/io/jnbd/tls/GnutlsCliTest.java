@@ -140,6 +140,51 @@ class GnutlsCliTest {
     }
 
     /**
+     * gnutls-cli's inline command ^rekey^ sends a TLS 1.3 KeyUpdate that asks for ours in return: each engine must
+     * read on with the client's new keys and answer before its next data, which GnuTLS must read with ours.
+     */
+    @Test
+    void keyUpdatesFromGnutlsBothWays() throws Exception {
+        Version v = Version.TLS13;
+        String pskKey = "--pskkey=" + HexFormat.of().formatHex(keys.get("alice"));
+        List<List<String>> clients = List.of(
+            List.of("--priority=" + PSK_PRIORITY + only(v), "--pskusername=alice", pskKey),
+            List.of("--priority=NORMAL" + only(v), "--x509cafile=" + dir.resolve(TestPki.CA_CERT), "--verify-hostname=localhost"));
+        List<TlsServer> servers = List.of(TlsServer.load(new TlsServerSettings(null, dir.resolve("keys.psk"), false)),
+            TlsServer.load(new TlsServerSettings(dir, null, false)));
+        for (int i = 0; i < 2; i++) {
+            try (ServerSocketChannel listener = ServerSocketChannel.open()) {
+                listener.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+                List<String> cmd = new ArrayList<>(List.of("stdbuf", "-oL", "gnutls-cli", "--inline-commands", "-d", "4", "-p",
+                    String.valueOf(((InetSocketAddress) listener.getLocalAddress()).getPort())));
+                cmd.addAll(clients.get(i));
+                cmd.add("127.0.0.1");
+                try (ExternalPeer cli = ExternalPeer.start(cmd); SocketChannel socket = listener.accept()) {
+                    SecureChannel s = Loopback.await(Loopback.acceptAsync(servers.get(i), new SocketRawChannel(socket)));
+                    OutputStream stdin = cli.process.getOutputStream();
+                    stdin.write("^rekey^\n".getBytes(StandardCharsets.US_ASCII));
+                    stdin.flush();
+                    awaitOutput(cli, "Rekey was completed");
+                    stdin.write("after\n".getBytes(StandardCharsets.US_ASCII));
+                    stdin.flush();
+                    assertThat(RoundTripTest.readAscii(s, 6)).isEqualTo("after\n");
+                    s.write(ByteBuffer.wrap("answered with new keys\n".getBytes(StandardCharsets.US_ASCII)));
+                    s.close();
+                    assertThat(cli.awaitExit(10)).isTrue();
+                    assertThat(cli.output()).as(s.description()).contains("received TLS 1.3 key update").contains("answered with new keys");
+                }
+            }
+        }
+    }
+
+    private static void awaitOutput(ExternalPeer cli, String text) throws InterruptedException {
+        while (!cli.output().contains(text)) {
+            if (!cli.process.isAlive()) throw new AssertionError("gnutls-cli exited: " + cli.output());
+            Thread.sleep(20);
+        }
+    }
+
+    /**
      * Accepts one gnutls-cli connection with {@code server}, then: our line to it, its line (from its standard input)
      * to us, close_notify. The session, once gnutls-cli printed our line and exited.
      */
