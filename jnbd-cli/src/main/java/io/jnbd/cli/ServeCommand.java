@@ -6,6 +6,8 @@ import io.jnbd.server.ExportSpec;
 import io.jnbd.server.Exports;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
+import io.jnbd.server.ServerTls;
+import io.jnbd.tls.TlsConfigException;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.net.BindException;
@@ -44,6 +46,11 @@ import picocli.CommandLine.Option;
         "  scheduler=none     requests go to disk as they arrive (default)",
         "  scheduler=sorted   each batch that arrived together is sorted by offset",
         "                     and adjacent reads or writes are merged",
+        "  allow=LIST         only these clients see and open the export: address",
+        "                     ranges and addresses (10.0.0.0/8, fd00::/8, 192.0.2.7)",
+        "                     and TLS identities (a PSK identity, or a name in the",
+        "                     client's certificate: CN, DNS or IP SAN), separated",
+        "                     by ';' (quote it in a shell); others get POLICY",
         "  description=TEXT   shown by nbdinfo; must come last, may hold commas",
         "A pool: export spreads its disk over memory servers (jnbd memserver) and",
         "keeps copies of every extent; its state is in the export NAME/status:",
@@ -52,6 +59,12 @@ import picocli.CommandLine.Option;
         "  server-timeout=S   a server silent this long is lost (default 3)",
         "  recovery-rate=SIZE bytes per second for restoring copies (default 512M)",
         "SIZE takes K, M, G, T suffixes (powers of 1024), e.g. 64M, 10G.",
+        "",
+        "TLS (NBD_OPT_STARTTLS, with nbdkit's options): --tls on offers it, --tls",
+        "require refuses every option before it. X.509: --tls-certificates DIR with",
+        "ca-cert.pem, server-cert.pem, server-key.pem (and ca-crl.pem if any);",
+        "--tls-verify-peer also requires a client certificate signed by ca-cert.pem.",
+        "PSK: --tls-psk FILE of psktool's identity:hexkey lines.",
         ""},
     footer = {
         "",
@@ -63,11 +76,16 @@ import picocli.CommandLine.Option;
         "             --export img=file:disk.img,size=20G,readonly",
         "  jnbd serve --config /etc/jnbd.conf",
         "  jnbd serve --export swap=pool:10.0.0.1:10810,10.0.0.2:10810,10.0.0.3:10810,size=8G",
+        "  jnbd serve --tls require --tls-certificates /etc/pki/jnbd --tls-verify-peer \\",
+        "             --export 'disk=file:/var/lib/vm.img,allow=alice;10.0.0.0/8'",
+        "  jnbd serve --tls require --tls-psk /etc/jnbd/keys.psk --export scratch=memory:4G",
         "",
         "Connect with:",
         "  nbdinfo --list nbd://127.0.0.1:10809",
         "  qemu-img info nbd://127.0.0.1:10809/default",
         "  nbd-client -N default 127.0.0.1 10809 /dev/nbd0",
+        "  nbdinfo 'nbds://127.0.0.1:10809/disk?tls-certificates=/etc/pki/jnbd-client'",
+        "  nbdinfo 'nbds://alice@127.0.0.1:10809/scratch?tls-psk-file=/etc/jnbd/keys.psk'",
         "",
         "SIGINT or SIGTERM: stop accepting, finish the requests in flight, flush,",
         "exit 0."})
@@ -85,9 +103,27 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--config", paramLabel = "FILE",
         description = "read listeners and exports from FILE (lines 'listen = HOST:PORT', 'unix = PATH', "
-            + "'export NAME = SPEC', 'default-export = NAME', 'receive-timeout = SECONDS', 'backlog = N'; "
+            + "'export NAME = SPEC', 'default-export = NAME', 'receive-timeout = SECONDS', 'backlog = N', "
+            + "'tls = off|on|require', 'tls-certificates = DIR', 'tls-verify-peer = true', 'tls-psk = FILE'; "
             + "'#' starts a comment; the command line wins)")
     Path config;
+
+    @Option(names = "--tls", paramLabel = "off|on|require",
+        description = "off: refuse STARTTLS; on: offer TLS, plain clients still served; require: every option "
+            + "before STARTTLS gets NBD_REP_ERR_TLS_REQD (default off)")
+    String tls;
+
+    @Option(names = "--tls-certificates", paramLabel = "DIR",
+        description = "X.509: DIR holds ca-cert.pem, server-cert.pem, server-key.pem and optionally ca-crl.pem")
+    Path tlsCertificates;
+
+    @Option(names = "--tls-verify-peer", arity = "0..1", paramLabel = "true|false",
+        description = "X.509: require a client certificate signed by ca-cert.pem")
+    Boolean tlsVerifyPeer;
+
+    @Option(names = "--tls-psk", paramLabel = "FILE",
+        description = "PSK: FILE holds psktool's identity:hexkey lines; a client's identity is its user name (nbds://alice@...)")
+    Path tlsPsk;
 
     @Option(names = "--default-export", paramLabel = "NAME",
         description = "export that the empty name selects (default: the first export)")
@@ -194,7 +230,11 @@ public final class ServeCommand implements Callable<Integer> {
         List<Path> unixPaths = new ArrayList<>(unix);
         String defaultName = defaultExport;
         Integer receiveSeconds = receiveTimeout, backlogSize = backlog;
+        TlsChoice tlsChoice;
         try {
+            ServerTls.Mode tlsMode = tls == null ? null : mode(tls);
+            Path certificates = tlsCertificates, psk = tlsPsk;
+            Boolean verifyPeer = tlsVerifyPeer;
             if (config != null) {
                 ConfigFile cf = ConfigFile.read(config);
                 specs.addAll(cf.exports());
@@ -203,7 +243,14 @@ public final class ServeCommand implements Callable<Integer> {
                 if (defaultName == null) defaultName = cf.defaultExport();
                 if (receiveSeconds == null) receiveSeconds = cf.receiveTimeout();
                 if (backlogSize == null) backlogSize = cf.backlog();
+                if (tlsMode == null) tlsMode = cf.tls();
+                if (certificates == null) certificates = cf.tlsCertificates();
+                if (psk == null) psk = cf.tlsPsk();
+                if (verifyPeer == null) verifyPeer = cf.tlsVerifyPeer();
             }
+            tlsChoice = new TlsChoice(tlsMode == null ? ServerTls.Mode.OFF : tlsMode, certificates, psk,
+                verifyPeer != null && verifyPeer);
+            tlsChoice.check();
             if (receiveSeconds != null && receiveSeconds <= 0) {
                 throw new IllegalArgumentException("--receive-timeout must be at least 1 second, not " + receiveSeconds);
             }
@@ -231,6 +278,15 @@ public final class ServeCommand implements Callable<Integer> {
         }
         unixPaths.forEach(p -> addresses.add(UnixDomainSocketAddress.of(p)));
 
+        // Before any export is opened (a file export may create its file): a TLS setting that cannot work stops everything.
+        ServerTls serverTls;
+        try {
+            serverTls = tlsChoice.load();
+        } catch (TlsConfigException e) {
+            err.println("jnbd serve: " + e.getMessage());
+            return 2;
+        }
+
         List<Export> opened = new ArrayList<>();
         for (ExportSpec s : specs) {
             try {
@@ -244,8 +300,9 @@ public final class ServeCommand implements Callable<Integer> {
         // A backend with a state of its own (a pool) reports it as JSON in NAME/status.
         for (Export e : List.copyOf(opened)) {
             if (e.backend() instanceof io.jnbd.server.backend.StatusReporting r) {
-                opened.add(new Export(e.name() + "/status", "status of '" + e.name() + "' (JSON)",
-                    new io.jnbd.server.backend.DocumentBackend(256 * 1024, r::statusJson, "status of " + e.name())));
+                var status = new io.jnbd.server.backend.DocumentBackend(256 * 1024, r::statusJson, "status of " + e.name());
+                opened.add(new Export(e.name() + "/status", "status of '" + e.name() + "' (JSON)", status,
+                    io.jnbd.server.ExportTuning.defaultsFor(status.traits()), e.access()));
             }
         }
         Exports registry;
@@ -275,7 +332,11 @@ public final class ServeCommand implements Callable<Integer> {
             .withBacklog(backlogSize != null ? backlogSize : 0)
             .withMaxConnections(maxConnections)
             .withOperatorSlots(operatorSlots);
-        NbdServer server = new NbdServer(registry, cfg);
+        if (serverTls.mode() != ServerTls.Mode.OFF) {
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("TLS {}: {}",
+                serverTls.mode() == ServerTls.Mode.REQUIRE ? "required" : "offered", serverTls.context().describe());
+        }
+        NbdServer server = new NbdServer(registry, cfg, serverTls);
         // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
         installSignalHandlers(server);
         List<SocketAddress> bound = new ArrayList<>();
@@ -294,7 +355,7 @@ public final class ServeCommand implements Callable<Integer> {
             }
         }
         if (statsInterval > 0) server.reportStatsEvery(Duration.ofSeconds(statsInterval));
-        printBanner(registry, bound);
+        printBanner(registry, bound, tlsChoice);
         server.awaitStop();
         return 0;
     }
@@ -366,28 +427,33 @@ public final class ServeCommand implements Callable<Integer> {
     }
 
     /** Printed in one write, so that a script watching the output never sees half of it. */
-    private static void printBanner(Exports registry, List<SocketAddress> bound) {
+    private static void printBanner(Exports registry, List<SocketAddress> bound, TlsChoice tls) {
         StringBuilder out = new StringBuilder();
         out.append("jnbd: serving ").append(registry.all().size()).append(" export(s); press Ctrl-C to stop\n");
         for (Export e : registry.all()) {
-            out.append(String.format("  %-12s %s, %d bytes%s%s%n", e.name(), e.backend().describe(), e.backend().size(),
+            out.append(String.format("  %-12s %s, %d bytes%s%s%s%n", e.name(), e.backend().describe(), e.backend().size(),
                 e.name().equals(registry.defaultName()) ? " (default)" : "",
+                e.access() == io.jnbd.server.AllowList.ANYONE ? "" : ", allow " + e.access(),
                 e.description().isEmpty() ? "" : " - " + e.description()));
         }
-        String name = registry.defaultName();
         out.append("Connect with:\n");
         for (SocketAddress a : bound) {
-            String uri = a instanceof InetSocketAddress inet
-                ? "nbd://" + hostForUri(inet) + ":" + inet.getPort() + "/" + name
-                : "nbd+unix:///" + name + "?socket=" + ((UnixDomainSocketAddress) a).getPath();
-            out.append("  nbdinfo ").append(uri).append('\n');
-            out.append("  qemu-img info ").append(uri).append('\n');
+            for (String line : tls.connectLines(a, registry.defaultName())) out.append("  ").append(line).append('\n');
         }
         System.out.print(out);
         System.out.flush();
     }
 
-    private static String hostForUri(InetSocketAddress a) {
+    /** off, on or require; the message is meant for the user. */
+    private static ServerTls.Mode mode(String text) {
+        try {
+            return ServerTls.parseMode(text);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--tls " + e.getMessage());
+        }
+    }
+
+    static String hostForUri(InetSocketAddress a) {
         String h = a.getHostString();
         if (h.equals("0.0.0.0")) return "127.0.0.1";
         return h.contains(":") ? "[" + h + "]" : h;

@@ -4,9 +4,12 @@ import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Request;
 import io.jnbd.server.io.BufferPool;
+import io.jnbd.server.net.TlsTransport;
 import io.jnbd.server.net.Transport;
+import io.jnbd.tls.TlsException;
 import java.io.EOFException;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.nio.channels.ClosedChannelException;
 import java.util.ArrayList;
 import java.util.List;
@@ -21,27 +24,39 @@ import org.slf4j.LoggerFactory;
  * its share of the {@link Window}, the {@link Dispatcher} serves each batch by the route its {@link DataPath}
  * allows, and {@link Replies} encodes the answer that the connection's {@link ReplyWriter} sends. Each request
  * holds its share of the window from the moment it is read until its reply is on the wire.
+ *
+ * <p>The connection speaks over its socket's transport until the client asks for STARTTLS, then over TLS on the
+ * same socket: {@link #transport} is whichever the handshake ended with. Stopping the connection goes through the
+ * socket's transport in either phase, which any thread may do.
  */
 final class Connection implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(Connection.class);
 
     private final NbdServer server;
-    private final Transport transport;
+    /** The accepted socket's transport: what abort shuts down, in either phase. */
+    private final Transport socket;
+    /** What the transmission phase speaks over: {@link #socket}, or TLS over it; set before {@link #transmitting}. */
+    private volatile Transport transport;
     private final String peer;
+    /** The client's IP address, null over a Unix socket: what export access lists check. */
+    private final InetAddress address;
     /** Set for a client the server has no room for: the handshake turns every option down with it. */
     private final Handshake.Refusal refused;
     private final ConnectionStats stats;
     private volatile boolean transmitting;
     private volatile boolean stopRequested;
+    private volatile boolean aborted;
     private volatile String dropReason;
     private volatile ReplyWriter writer;
     private volatile Intake intake;
     private volatile java.util.concurrent.Future<?> handshakeTimer;
 
-    Connection(NbdServer server, Transport transport, String peer, Handshake.Refusal refused) {
+    Connection(NbdServer server, Transport socket, String peer, InetAddress address, Handshake.Refusal refused) {
         this.server = server;
-        this.transport = transport;
+        this.socket = socket;
+        this.transport = socket;
         this.peer = peer;
+        this.address = address;
         this.refused = refused;
         this.stats = new ConnectionStats(server.stats());
     }
@@ -87,7 +102,8 @@ final class Connection implements Runnable {
      * another client's socket.
      */
     void abort() {
-        transport.shutdown();
+        aborted = true;
+        socket.shutdown();
     }
 
     /** How long the writer has waited for the client to take a reply, in nanoseconds; 0 when it is not writing. */
@@ -96,10 +112,15 @@ final class Connection implements Runnable {
         return w == null ? 0 : w.stalledNanos(now);
     }
 
-    /** How long the client has left a request it began sending unfinished, in nanoseconds; 0 if it has not. */
+    /**
+     * How long the client has left a request it began sending unfinished, in nanoseconds; 0 if it has not. Under
+     * TLS a record it began counts too: the request's bytes may be inside it.
+     */
     long receiveStalledNanos(long now) {
         Intake i = intake;
-        return i == null ? 0 : i.stalledNanos(now);
+        long request = i == null ? 0 : i.stalledNanos(now);
+        long record = transmitting ? transport.owedSince() : 0;
+        return Math.max(request, record == 0 ? 0 : now - record);
     }
 
     /** Ends the connection (see {@link #abort()}), saying why in the line that logs its end. */
@@ -112,22 +133,31 @@ final class Connection implements Runnable {
     public void run() {
         String end = "client disconnected";
         Session session = null;
+        boolean tlsFailed = false;
+        ServerTls tls = server.tls();
+        Handshake handshake = new Handshake(socket, server.exports(),
+            () -> server.stopping() ? NbdServer.SHUTTING_DOWN : refused, tls.mode(),
+            plain -> TlsTransport.accept(tls.context(), plain, peer, server.buffers()), peer, Client.at(address));
         try {
-            session = new Handshake(transport, server.exports(),
-                () -> server.stopping() ? NbdServer.SHUTTING_DOWN : refused).run();
+            session = handshake.run();
             if (session == null) {
                 log.debug("{}: handshake ended without an export", peer);
                 return;
             }
+            transport = handshake.transport();
             transmitting = true;
             handshakeOver();
             server.exports().attached(session.export(), peer);
-            log.info("{}: connected to export '{}' ({}structured replies{}, flags {})", peer, session.export().name(),
+            log.info("{}: connected to export '{}' ({}structured replies{}, flags {}{})", peer, session.export().name(),
                 session.structuredReplies() ? "" : "no ", session.blockStatusAllowed() ? ", base:allocation" : "",
-                String.join(",", Nbd.transmissionFlagNames(session.transmissionFlags())));
+                String.join(",", Nbd.transmissionFlagNames(session.transmissionFlags())), describeTls(transport));
             end = transmission(session);
         } catch (ProtocolException e) {
             end = "closed for a protocol error: " + e.getMessage();
+        } catch (TlsException e) {
+            // When the server itself cut the connection (handshake timeout, shutdown), TLS only reports the cut.
+            tlsFailed = !aborted;
+            end = aborted ? "closed by the server" : tlsFailure(e);
         } catch (EOFException | ClosedChannelException e) {
             end = stopRequested ? "closed by server shutdown" : "client disconnected";
         } catch (IOException e) {
@@ -144,12 +174,26 @@ final class Connection implements Runnable {
             if (dropReason != null) end = dropReason;
             Intake i = intake;
             if (i != null) i.release();
-            transport.close();
+            handshake.transport().close(); // under TLS, sends close_notify first
             server.connectionClosed(this);
             if (session != null) log.info("{}: disconnected from '{}' ({}): {}", peer, session.export().name(), end, stats);
             else if (refused != null) log.debug("{}: refused ({}): {}", peer, refused.message(), end);
+            else if (tlsFailed) log.warn("{}: {}", peer, end);
             else log.info("{}: {} during handshake", peer, end);
         }
+    }
+
+    /** The line that ends a connection TLS failed on, naming TLS once whether or not its message does. */
+    private static String tlsFailure(TlsException e) {
+        String why = String.valueOf(e.getMessage());
+        if (why.startsWith("TLS")) return why;
+        return (e instanceof Handshake.TlsHandshakeFailed ? "TLS handshake failed: " : "TLS session failed: ") + why;
+    }
+
+    private static String describeTls(Transport t) {
+        if (!(t instanceof TlsTransport tls)) return "";
+        List<String> ids = tls.peerIdentities();
+        return ", TLS " + tls.description() + (ids.isEmpty() ? "" : ", identity " + String.join(",", ids));
     }
 
     /** Reads requests until DISC, EOF or a protocol error; returns why it ended. */
@@ -162,8 +206,8 @@ final class Connection implements Runnable {
         ReplyWriter out = new ReplyWriter(transport, window::completed, this::abort);
         Dispatcher dispatcher = new Dispatcher(session.export(), session.structuredReplies(), window, out, Thread.currentThread());
         Replies replies = new Replies(session, stats, peer);
-        DataPath path = DataPath.of(session.export(), server.executorFor(session.export().backend()), server.buffers(),
-            replies, stats, dispatcher);
+        DataPath path = DataPath.of(session.export(), transport.zeroCopyFiles(), server.executorFor(session.export().backend()),
+            server.buffers(), replies, stats, dispatcher);
         dispatcher.use(path);
         writer = out;
         Thread writerThread = Thread.ofVirtual().name("jnbd-writer-" + peer).start(out);

@@ -9,14 +9,19 @@ import java.util.concurrent.Executor;
  * How one connection's requests reach its export, settled once when the client connects rather than guessed
  * per request: which of the backend's fast paths apply, where its blocking calls run, and where replies go.
  *
- * @param zeroCopySource the file reads are sent from by sendfile (a cached file export), or null
+ * @param zeroCopySource the file reads are sent from by sendfile (a cached file export on a transport that can), or
+ *                       null: under TLS every byte must pass through the JVM to be encrypted, so reads go into pool
+ *                       buffers as any other backend's do
  * @param zeroCopyFd     that file's native descriptor, or -1 (then only the JDK's transferTo)
+ * @param pageCache      the export is a file in the page cache (whatever the transport): small writes land there
+ *                       quicker than a hand-off to an I/O thread
  * @param async          reads and writes are started here and answered from their completion (a network backend)
  * @param neverBlocks    backend calls cost CPU only (memory): run them on the reader, never hand them off
  * @param work           where blocking backend calls run: the I/O pool, or virtual threads for a remote backend
  */
-record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, boolean async, boolean neverBlocks,
-                Executor work, BufferPool buffers, Replies replies, ConnectionStats stats, ReplySink sink) {
+record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, boolean pageCache, boolean async,
+                boolean neverBlocks, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats,
+                ReplySink sink) {
 
     /** Where the pieces of the request path hand their replies. */
     interface ReplySink {
@@ -27,10 +32,13 @@ record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, boo
         void completed(InFlight f);
     }
 
-    static DataPath of(Export export, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats, ReplySink sink) {
+    /** {@code zeroCopyTransport}: the connection's transport sends files without copying them (see Transport.zeroCopyFiles). */
+    static DataPath of(Export export, boolean zeroCopyTransport, Executor work, BufferPool buffers, Replies replies,
+                       ConnectionStats stats, ReplySink sink) {
         Backend b = export.backend();
-        boolean zeroCopy = b.has(Backend.Trait.ZERO_COPY);
-        return new DataPath(b, zeroCopy ? b.zeroCopySource() : null, zeroCopy ? b.zeroCopyFd() : -1,
+        boolean pageCache = b.has(Backend.Trait.ZERO_COPY);
+        boolean zeroCopy = pageCache && zeroCopyTransport;
+        return new DataPath(b, zeroCopy ? b.zeroCopySource() : null, zeroCopy ? b.zeroCopyFd() : -1, pageCache,
             b.has(Backend.Trait.ASYNC), b.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
     }
 

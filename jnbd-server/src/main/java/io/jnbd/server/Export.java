@@ -4,11 +4,16 @@ import io.jnbd.protocol.Nbd;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Backend.Capability;
 
-/** A named, opened export: the backend every connection to it shares, and what it advertises. */
-public record Export(String name, String description, Backend backend, ExportTuning tuning) {
+/** A named, opened export: the backend every connection to it shares, what it advertises, and who may use it. */
+public record Export(String name, String description, Backend backend, ExportTuning tuning, AllowList access) {
 
     public Export(String name, String description, Backend backend) {
         this(name, description, backend, ExportTuning.defaultsFor(backend.traits()));
+    }
+
+    /** Open to every client. */
+    public Export(String name, String description, Backend backend, ExportTuning tuning) {
+        this(name, description, backend, tuning, AllowList.ANYONE);
     }
 
     /** Largest run of adjacent requests the sorted scheduler merges into one disk operation. */

@@ -15,6 +15,19 @@ public interface ExportRegistry {
     /** What {@code NBD_OPT_LIST} shows. */
     Collection<Export> listed();
 
+    /**
+     * The export called {@code name} as {@code client} may have it: {@link Refused} when the export's access
+     * list does not admit the client. Without access lists, {@link #find(String)}.
+     */
+    default Export find(String name, Client client) throws Refused {
+        return find(name);
+    }
+
+    /** What {@code NBD_OPT_LIST} shows {@code client}: only the exports it may open. */
+    default Collection<Export> listed(Client client) {
+        return listed();
+    }
+
     /** Every export open now, for the server to flush and close when it stops. */
     Collection<Export> all();
 

@@ -6,19 +6,21 @@ import io.jnbd.server.backend.BackendFactory;
 import io.jnbd.server.backend.BackendOptions;
 import io.jnbd.server.backend.ReadOnlyFilter;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 
 /**
  * One export as the user writes it: {@code NAME=KIND:TARGET[,option...]}, e.g. {@code disk=file:/var/lib/vm.img,mode=direct}
  * or {@code scratch=memory:4G}. The options every export takes are {@code readonly}, {@code split=SIZE},
- * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted} and {@code description=TEXT}, which runs to the
- * end of the spec and so may contain commas; every other option belongs to the kind, whose {@link BackendFactory}
- * checks it.
+ * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}, {@code allow=ENTRY;ENTRY...} (see
+ * {@link AllowList}; repeatable) and {@code description=TEXT}, which runs to the end of the spec and so may contain
+ * commas; every other option belongs to the kind, whose {@link BackendFactory} checks it.
  */
 public record ExportSpec(String name, String kind, String target, BackendOptions options, boolean readOnly,
-                         String description, ExportTuning tuning) {
+                         String description, ExportTuning tuning, AllowList access) {
 
     /** Parses {@code NAME=SPEC}; the message of the exception is meant for the user as it is. */
     public static ExportSpec parse(String text) {
@@ -60,6 +62,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         String[] parts = rest.split(",", -1);
         String target = parts[0];
         Map<String, String> general = new LinkedHashMap<>(), own = new LinkedHashMap<>();
+        List<String> allow = new ArrayList<>();
         for (int i = 1; i < parts.length; i++) {
             String opt = parts[i];
             int e = opt.indexOf('=');
@@ -67,6 +70,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
             String value = e < 0 ? null : opt.substring(e + 1);
             switch (key) {
                 case "readonly", "ro", "split", "chunk", "streams", "scheduler" -> general.put(key, value);
+                case "allow" -> allow.add(value);
                 default -> {
                     if (value == null && own.isEmpty() && factory.continuesTarget(key)) {
                         target += "," + key;
@@ -83,7 +87,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         factory.check(target, options);
         boolean readOnly = readOnly(general);
         return new ExportSpec(name, kind, target, options, readOnly, description,
-            tuning(new BackendOptions(general), factory.traits(target, options)));
+            tuning(new BackendOptions(general), factory.traits(target, options)), AllowList.parse(allow));
     }
 
     private static boolean readOnly(Map<String, String> general) {
@@ -114,7 +118,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
 
     /** Opens the export this spec names. */
     public Export openExport() throws IOException {
-        return new Export(name, description, open(), tuning);
+        return new Export(name, description, open(), tuning, access);
     }
 
     /** Opens the backend this spec names, with its filters in front. */

@@ -1,11 +1,15 @@
 package io.jnbd.server;
 
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** A fixed set of exports by name, as the command line or a config file gives them; the empty name means the default. */
+/**
+ * A fixed set of exports by name, as the command line or a config file gives them; the empty name means the
+ * default. Each export's {@link AllowList} decides which clients see and open it.
+ */
 public final class Exports implements ExportRegistry {
     private final Map<String, Export> byName = new LinkedHashMap<>();
     private final String defaultName;
@@ -24,6 +28,20 @@ public final class Exports implements ExportRegistry {
     @Override
     public Export find(String name) {
         return byName.get(name.isEmpty() ? defaultName : name);
+    }
+
+    @Override
+    public Export find(String name, Client client) throws Refused {
+        Export e = find(name);
+        if (e != null && !e.access().allows(client)) throw new Refused("export '" + e.name() + "' is not open to this client");
+        return e;
+    }
+
+    @Override
+    public Collection<Export> listed(Client client) {
+        List<Export> open = new ArrayList<>(byName.size());
+        for (Export e : byName.values()) if (e.access().allows(client)) open.add(e);
+        return open;
     }
 
     @Override

@@ -9,20 +9,29 @@ import io.jnbd.protocol.OptionReplyHeader;
 import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Strings;
 import io.jnbd.server.backend.BlockSizes;
+import io.jnbd.server.net.TlsTransport;
 import io.jnbd.server.net.Transport;
 import io.jnbd.server.net.Transports;
+import io.jnbd.tls.TlsException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Supplier;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The server side of fixed newstyle negotiation, from the greeting to the first transmission request.
  * Returns the agreed {@link Session}, or null when the client ended the handshake (ABORT, EOF).
  * A client that breaks the protocol gets a {@link ProtocolException}; the caller closes only that connection.
+ *
+ * <p>STARTTLS swaps the transport for a {@link TlsTransport} over the same socket; {@link #transport()} is the one
+ * the connection goes on with. Exports are looked up as the {@link Client} may have them: by its address, and
+ * once TLS is up by the identities its session proved.
  */
 final class Handshake {
+    private static final Logger log = LoggerFactory.getLogger(Handshake.class);
     /** The largest option we read; real options are a few hundred bytes, and strings are capped at 4096. */
     static final int MAX_OPTION_LENGTH = 64 * 1024;
     private static final int CONTEXT_ID_BASE_ALLOCATION = 1;
@@ -34,20 +43,50 @@ final class Handshake {
      */
     record Refusal(int reply, String message, boolean everyOption) {}
 
-    private final Transport transport;
+    /** The TLS handshake after STARTTLS failed; the message is the TLS layer's, saying why. */
+    static final class TlsHandshakeFailed extends TlsException {
+        TlsHandshakeFailed(TlsException cause) {
+            super(cause.getMessage(), cause);
+        }
+    }
+
+    /** Runs the server side of the TLS handshake on the plain transport, once STARTTLS has been acknowledged. */
+    interface StartTls {
+        TlsTransport start(Transport plain) throws TlsException;
+    }
+
+    private Transport transport;
     private final ExportRegistry exports;
     private final Supplier<Refusal> refusal;
+    private final ServerTls.Mode tls;
+    private final StartTls startTls;
+    private final String peer;
+    private Client client;
+    private boolean tlsActive;
 
     private boolean noZeroes;
     private boolean structured;
     private String metaContextExport; // export name the last SET_META_CONTEXT selected base:allocation for
     private int metaContextId;
 
-    /** {@code refusal}: asked before each option; non-null turns the option down with that error. */
-    Handshake(Transport transport, ExportRegistry exports, Supplier<Refusal> refusal) {
+    /**
+     * {@code refusal}: asked before each option; non-null turns the option down with that error. {@code startTls}
+     * is used only when {@code tls} is not {@link ServerTls.Mode#OFF}.
+     */
+    Handshake(Transport transport, ExportRegistry exports, Supplier<Refusal> refusal, ServerTls.Mode tls,
+              StartTls startTls, String peer, Client client) {
         this.transport = transport;
         this.exports = exports;
         this.refusal = refusal;
+        this.tls = tls;
+        this.startTls = startTls;
+        this.peer = peer;
+        this.client = client;
+    }
+
+    /** What the connection speaks over: the socket's own transport, or TLS over it after STARTTLS. */
+    Transport transport() {
+        return transport;
     }
 
     Session run() throws IOException, ProtocolException {
@@ -84,9 +123,16 @@ final class Handshake {
     private Session option(int option, ByteBuffer data) throws IOException, ProtocolException {
         Refusal no = option == Nbd.OPT_ABORT ? null : refusal.get();
         boolean opensExport = option == Nbd.OPT_GO || option == Nbd.OPT_INFO || option == Nbd.OPT_EXPORT_NAME;
-        if (no != null && (no.everyOption() || opensExport)) {
+        // A client that will not be served is not worth a TLS handshake either: it hears why instead.
+        if (no != null && (no.everyOption() || opensExport || option == Nbd.OPT_STARTTLS)) {
             if (option == Nbd.OPT_EXPORT_NAME) throw new ProtocolException(no.message()); // cannot carry an error
             reply(option, no.reply(), no.message());
+            return null;
+        }
+        if (tls == ServerTls.Mode.REQUIRE && !tlsActive && option != Nbd.OPT_STARTTLS && option != Nbd.OPT_ABORT) {
+            // FORCEDTLS: nothing, not even whether an export exists, before TLS.
+            if (option == Nbd.OPT_EXPORT_NAME) throw new ProtocolException("NBD_OPT_EXPORT_NAME before STARTTLS, and TLS is required");
+            reply(option, Nbd.REP_ERR_TLS_REQD, "this server requires TLS: send NBD_OPT_STARTTLS first");
             return null;
         }
         switch (option) {
@@ -94,7 +140,7 @@ final class Handshake {
                 String name = Strings.read(data, data.remaining());
                 Export export;
                 try {
-                    export = exports.find(name);
+                    export = find(option, name);
                 } catch (ExportRegistry.Refused e) {
                     throw new ProtocolException("export '" + name + "' refused: " + e.getMessage());
                 }
@@ -120,7 +166,7 @@ final class Handshake {
                     reply(option, Nbd.REP_ERR_INVALID, "LIST takes no data");
                     return null;
                 }
-                for (Export e : exports.listed()) {
+                for (Export e : exports.listed(client)) {
                     byte[] name = Strings.utf8(e.name());
                     // The bytes after the name are free-form; clients such as nbdinfo show them as the description.
                     byte[] details = Strings.utf8(e.description());
@@ -132,7 +178,9 @@ final class Handshake {
             }
             case Nbd.OPT_STARTTLS -> {
                 if (data.hasRemaining()) reply(option, Nbd.REP_ERR_INVALID, "STARTTLS takes no data");
-                else reply(option, Nbd.REP_ERR_POLICY, "TLS is not configured on this server");
+                else if (tls == ServerTls.Mode.OFF) reply(option, Nbd.REP_ERR_POLICY, "TLS is not configured on this server");
+                else if (tlsActive) reply(option, Nbd.REP_ERR_INVALID, "TLS is already active");
+                else startTls();
             }
             case Nbd.OPT_INFO, Nbd.OPT_GO -> {
                 return infoOrGo(option, data);
@@ -161,7 +209,7 @@ final class Handshake {
         }
         Export export;
         try {
-            export = exports.find(req.name());
+            export = find(option, req.name());
         } catch (ExportRegistry.Refused e) {
             reply(option, Nbd.REP_ERR_POLICY, e.getMessage());
             return null;
@@ -209,7 +257,7 @@ final class Handshake {
         }
         Export export;
         try {
-            export = exports.find(req.exportName());
+            export = find(option, req.exportName());
         } catch (ExportRegistry.Refused e) {
             reply(option, Nbd.REP_ERR_POLICY, e.getMessage());
             return;
@@ -239,6 +287,39 @@ final class Handshake {
             }
         }
         reply(option, Nbd.REP_ACK);
+    }
+
+    /**
+     * Acknowledges STARTTLS and runs the TLS handshake: from here on every byte is encrypted. A failed handshake
+     * ends the connection (the acknowledgement is sent, so it cannot go on in plain text). As the spec asks,
+     * nothing negotiated before survives it.
+     */
+    private void startTls() throws IOException {
+        reply(Nbd.OPT_STARTTLS, Nbd.REP_ACK);
+        TlsTransport secure;
+        try {
+            secure = startTls.start(transport);
+        } catch (TlsException e) {
+            throw new TlsHandshakeFailed(e);
+        }
+        transport = secure;
+        tlsActive = true;
+        client = client.withIdentities(secure.peerIdentities());
+        structured = false;
+        metaContextExport = null;
+        metaContextId = 0;
+        log.debug("{}: TLS established ({}){}", peer, secure.description(),
+            client.identities().isEmpty() ? "" : ", identities " + client.identities());
+    }
+
+    /** The export the client names, as it may have it; a refusal is logged, since it is the operator's policy at work. */
+    private Export find(int option, String name) throws ExportRegistry.Refused {
+        try {
+            return exports.find(name, client);
+        } catch (ExportRegistry.Refused e) {
+            log.info("{}: NBD_OPT_{} '{}' refused: {} ({})", peer, Nbd.optionName(option), name, e.getMessage(), client.describe());
+            throw e;
+        }
     }
 
     private Session session(Export export, boolean blockSizeAgreed) {

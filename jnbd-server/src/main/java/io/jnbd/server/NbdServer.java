@@ -49,6 +49,7 @@ public final class NbdServer implements AutoCloseable {
 
     private final ExportRegistry exports;
     private final ServerConfig config;
+    private final ServerTls tls;
     private final BufferPool buffers;
     /** Receive buffers, lent to connections only while they have bytes to parse. */
     private final InputBuffers inputs = new InputBuffers(256 * 1024, 64);
@@ -75,8 +76,14 @@ public final class NbdServer implements AutoCloseable {
     private boolean stopped;
 
     public NbdServer(ExportRegistry exports, ServerConfig config) {
+        this(exports, config, ServerTls.OFF);
+    }
+
+    /** A server that offers TLS as {@code tls} says (see {@link ServerTls}). */
+    public NbdServer(ExportRegistry exports, ServerConfig config, ServerTls tls) {
         this.exports = exports;
         this.config = config;
+        this.tls = tls;
         this.buffers = new BufferPool(Math.max(config.bufferBudget(), 64L << 20), 64L << 20);
         boolean direct = exports.all().stream().anyMatch(e -> e.backend().has(Backend.Trait.DIRECT_IO));
         if (direct && BufferPool.hugePagesOff()) {
@@ -100,6 +107,7 @@ public final class NbdServer implements AutoCloseable {
 
     ExportRegistry exports() { return exports; }
     ServerConfig config() { return config; }
+    ServerTls tls() { return tls; }
     BufferPool buffers() { return buffers; }
     InputBuffers inputBuffers() { return inputs; }
 
@@ -201,7 +209,8 @@ public final class NbdServer implements AutoCloseable {
                 }
                 continue;
             }
-            String peer = peerName(ch);
+            SocketAddress remote = remoteAddress(ch);
+            String peer = peerName(remote);
             Handshake.Refusal refusal = admit(ch, peer);
             if (refusal != null && refusing.incrementAndGet() > MAX_REFUSING) {
                 refusing.decrementAndGet();
@@ -209,9 +218,9 @@ public final class NbdServer implements AutoCloseable {
                 continue;
             }
             try {
-                if (ch.getRemoteAddress() instanceof InetSocketAddress remote) {
+                if (remote instanceof InetSocketAddress inet) {
                     ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
-                    int sendBuffer = config.sendBufferFor(() -> onThisHost(remote.getAddress()));
+                    int sendBuffer = config.sendBufferFor(() -> onThisHost(inet.getAddress()));
                     if (sendBuffer > 0) ch.setOption(StandardSocketOptions.SO_SNDBUF, sendBuffer);
                 }
             } catch (IOException ignored) {
@@ -226,7 +235,8 @@ public final class NbdServer implements AutoCloseable {
                 releaseSlot(refusal == null);
                 continue;
             }
-            Connection c = new Connection(this, transport, peer, refusal);
+            Connection c = new Connection(this, transport, peer,
+                remote instanceof InetSocketAddress inet ? inet.getAddress() : null, refusal);
             connections.add(c);
             if (stopping) {
                 c.abort();
@@ -278,14 +288,18 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
-    private String peerName(SocketChannel ch) {
-        long id = connectionIds.incrementAndGet();
+    /** The client's address, or null if the socket cannot tell (a Unix socket's client is unnamed anyway). */
+    private static SocketAddress remoteAddress(SocketChannel ch) {
         try {
-            SocketAddress a = ch.getRemoteAddress();
-            if (a instanceof InetSocketAddress inet) return inet.getHostString() + ":" + inet.getPort();
-        } catch (IOException ignored) {
-            // fall through to the numbered name
+            return ch.getRemoteAddress();
+        } catch (IOException e) {
+            return null;
         }
+    }
+
+    private String peerName(SocketAddress remote) {
+        long id = connectionIds.incrementAndGet();
+        if (remote instanceof InetSocketAddress inet) return inet.getHostString() + ":" + inet.getPort();
         return "unix#" + id;
     }
 

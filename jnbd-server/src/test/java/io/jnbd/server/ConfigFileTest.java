@@ -68,6 +68,27 @@ class ConfigFileTest {
     }
 
     @Test
+    void tlsSettings() throws IOException {
+        ConfigFile c = ConfigFile.read(write("""
+            tls = require
+            tls-certificates = /etc/pki/jnbd
+            tls-verify-peer = true
+            tls-psk = keys.psk
+            """));
+        assertThat(c.tls()).isEqualTo(ServerTls.Mode.REQUIRE);
+        assertThat(c.tlsCertificates()).isEqualTo(Path.of("/etc/pki/jnbd"));
+        assertThat(c.tlsVerifyPeer()).isTrue();
+        assertThat(c.tlsPsk()).isEqualTo(Path.of("keys.psk"));
+        ConfigFile none = ConfigFile.read(write("listen = 127.0.0.1:1\n"));
+        assertThat(none.tls()).as("not set: the command line or the default decides").isNull();
+        assertThat(none.tlsVerifyPeer()).isNull();
+        Path p = write("tls = maybe\n");
+        assertThatThrownBy(() -> ConfigFile.read(p)).hasMessage(p + ":1: tls must be off, on or require, not 'maybe'");
+        Path q = write("tls = on\ntls-verify-peer = yes\n");
+        assertThatThrownBy(() -> ConfigFile.read(q)).hasMessage(q + ":2: tls-verify-peer must be true or false, not 'yes'");
+    }
+
+    @Test
     void lineWithoutEqualsNamesFileAndLine() throws IOException {
         Path p = write("# ok\nlisten = 127.0.0.1:1\nthis is not a setting\n");
         assertThatThrownBy(() -> ConfigFile.read(p)).isInstanceOf(IllegalArgumentException.class)

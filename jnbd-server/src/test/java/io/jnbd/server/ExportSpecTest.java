@@ -73,6 +73,20 @@ class ExportSpecTest {
     }
 
     @Test
+    void allowListsAddUpAndReachTheExport() throws Exception {
+        ExportSpec s = ExportSpec.parse("m=memory:1M,allow=alice;10.0.0.0/8,readonly,allow=fd00::/8,description=a, b");
+        assertThat(s.access().toString()).isEqualTo("alice;10.0.0.0/8;fd00::/8");
+        assertThat(s.description()).isEqualTo("a, b");
+        Export e = s.openExport();
+        assertThat(e.access()).isSameAs(s.access());
+        assertThat(e.access().allows(new Client(java.net.InetAddress.ofLiteral("10.1.1.1"), java.util.List.of()))).isTrue();
+        assertThat(ExportSpec.parse("m=memory:1M").access()).isSameAs(AllowList.ANYONE);
+        assertThatThrownBy(() -> ExportSpec.parse("m=memory:1M,allow=10.0.0.0/40"))
+            .hasMessageStartingWith("export 'm': allow entry '10.0.0.0/40'");
+        assertThatThrownBy(() -> ExportSpec.parse("m=memory:1M,allow")).hasMessageContaining("allow= needs");
+    }
+
+    @Test
     void memorySpec() {
         ExportSpec s = ExportSpec.parse("scratch=memory:4G");
         assertThat(s.kind()).isEqualTo("memory");

@@ -33,7 +33,9 @@ final class RawClient implements AutoCloseable {
     static final int READ_TIMEOUT_MS = 20_000;
 
     final SocketChannel channel;
-    private final InputStream in;
+    private InputStream in;
+    /** Where writes go once {@link #upgrade} swapped the streams (TLS after STARTTLS); null: the channel. */
+    private java.io.OutputStream out;
 
     /** What the handshake agreed, once {@link #go} or {@link #exportName} has run. */
     long size;
@@ -90,6 +92,16 @@ final class RawClient implements AutoCloseable {
     void negotiate(String export, boolean structured, boolean baseAllocation, List<Integer> infoRequests) throws IOException {
         greeting();
         clientFlags(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
+        negotiateAfterGreeting(export, structured, baseAllocation, infoRequests);
+    }
+
+    /** As {@link #negotiate}, from option haggling on (e.g. once STARTTLS is done), asking for the block sizes. */
+    void negotiateAfterGreeting(String export, boolean structured) throws IOException {
+        negotiateAfterGreeting(export, structured, false, List.of(Nbd.INFO_BLOCK_SIZE));
+    }
+
+    void negotiateAfterGreeting(String export, boolean structured, boolean baseAllocation, List<Integer> infoRequests)
+            throws IOException {
         if (structured) {
             assertThat(option(Nbd.OPT_STRUCTURED_REPLY, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
             this.structured = true;
@@ -450,7 +462,25 @@ final class RawClient implements AutoCloseable {
 
     // ---------------------------------------------------------------- raw bytes
 
+    /** The stream the client reads from now: the socket's, or TLS over it after {@link #upgrade}. */
+    InputStream input() {
+        return in;
+    }
+
+    /** From now on every byte goes through these streams, e.g. a TLS session over the socket after STARTTLS. */
+    void upgrade(InputStream in, java.io.OutputStream out) {
+        this.in = in;
+        this.out = out;
+    }
+
     void write(ByteBuffer b) throws IOException {
+        if (out != null) {
+            byte[] bytes = new byte[b.remaining()];
+            b.get(bytes);
+            out.write(bytes);
+            out.flush();
+            return;
+        }
         while (b.hasRemaining()) channel.write(b);
     }
 

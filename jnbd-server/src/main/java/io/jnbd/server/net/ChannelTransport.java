@@ -66,6 +66,11 @@ final class ChannelTransport implements Transport {
     }
 
     @Override
+    public boolean zeroCopyFiles() {
+        return false; // sendFile goes through a bounce buffer
+    }
+
+    @Override
     public void send(ByteBuffer... srcs) throws IOException {
         long left = 0;
         for (ByteBuffer b : srcs) left += b.remaining();

@@ -82,6 +82,11 @@ final class SocketTransport implements Transport {
     }
 
     @Override
+    public boolean zeroCopyFiles() {
+        return true;
+    }
+
+    @Override
     public void send(ByteBuffer... srcs) throws IOException {
         int first = 0;
         while (true) {

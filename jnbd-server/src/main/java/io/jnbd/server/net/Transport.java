@@ -57,10 +57,25 @@ public interface Transport extends AutoCloseable {
     void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException;
 
     /**
+     * Whether {@link #sendFile} moves file bytes to the socket without copying them through memory (sendfile).
+     * When it cannot (TLS must encrypt them), reads are better read into pool buffers like any other.
+     */
+    boolean zeroCopyFiles();
+
+    /**
      * {@link System#nanoTime()} when bytes last left through this transport, 0 if none have: a client that reads
      * slowly but steadily is not one that stopped reading.
      */
     long lastSentNanos();
+
+    /**
+     * {@link System#nanoTime()} since which a receive has waited for bytes the client owes beneath the NBD
+     * messages (the rest of a TLS record it began), or 0: the connection's own accounting of partial requests
+     * cannot see them.
+     */
+    default long owedSince() {
+        return 0;
+    }
 
     /** Whether {@link #sendNow} can send at all: false means it always returns 0 and replies queue for a sender. */
     boolean canSendNow();
