@@ -97,6 +97,109 @@ def tmpdir(prefix="jnbd-bench."):
     return d
 
 
+# ---------------------------------------------------------------- TLS
+
+
+def make_pki():
+    """A throw-away CA with a server certificate for 127.0.0.1/localhost and a client certificate, written with
+    openssl in the layout nbdkit, qemu and jnbd read (ca-cert.pem, server-cert.pem, server-key.pem) and libnbd
+    reads (ca-cert.pem, client-cert.pem, client-key.pem); also keys.psk (psktool's format) for user "bench".
+    Returns the directory, or None when openssl is missing or fails."""
+    if shutil.which("openssl") is None:
+        log("bench: openssl is not installed: no TLS runs")
+        return None
+    d = tmpdir("jnbd-bench-pki.")
+
+    def run(*args, ext=None):
+        extfile = None
+        if ext:
+            extfile = os.path.join(d, "ext.cnf")
+            with open(extfile, "w") as f:
+                f.write(ext)
+            args = [*args, "-extfile", extfile]
+        r = subprocess.run(["openssl", *args], cwd=d, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("openssl " + " ".join(args[:2]) + ": " + r.stderr.strip()[-300:])
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    try:
+        run("req", "-x509", *ec, "-days", "30", "-subj", "/CN=jnbd bench CA", "-keyout", "ca-key.pem",
+            "-out", "ca-cert.pem")
+        for who, cn, ext in (("server", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+                                                      "extendedKeyUsage=serverAuth\n"),
+                             ("client", "bench", "extendedKeyUsage=clientAuth\n")):
+            run("req", *ec, "-subj", f"/CN={cn}", "-keyout", f"{who}-key.pem", "-out", f"{who}.csr")
+            run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca-cert.pem", "-CAkey", "ca-key.pem",
+                "-CAcreateserial", "-days", "30", "-out", f"{who}-cert.pem", ext=ext)
+        with open(os.path.join(d, "keys.psk"), "w") as f:
+            f.write("bench:" + os.urandom(32).hex() + "\n")
+    except RuntimeError as e:
+        log(f"bench: could not make certificates: {e}")
+        return None
+    return d
+
+
+class LibnbdCertificates:
+    """Puts a CA where libnbd looks when a URI names none (/etc/pki/libnbd for root, ~/.pki/libnbd otherwise),
+    for the length of a run, and puts back what was there: fio's nbd engine cannot name the directory in its URI
+    (libnbd refuses local-file parameters unless the program allows them, and fio does not)."""
+
+    def __init__(self, pki):
+        self.pki = pki
+        self.dir = "/etc/pki/libnbd" if os.geteuid() == 0 else os.path.expanduser("~/.pki/libnbd")
+        self.backup = None
+        self.created = []
+
+    def start(self):
+        if os.path.exists(self.dir):
+            self.backup = self.dir + ".jnbd-bench-saved"
+            os.rename(self.dir, self.backup)
+        parent = os.path.dirname(self.dir)
+        if not os.path.exists(parent):
+            os.makedirs(parent)
+            self.created.append(parent)
+        os.makedirs(self.dir)
+        for f in ("ca-cert.pem", "client-cert.pem", "client-key.pem"):
+            shutil.copy(os.path.join(self.pki, f), self.dir)
+        on_cleanup(self)
+        log(f"bench: libnbd's default certificates are the bench's CA in {self.dir} for this run")
+        return self
+
+    def stop(self):
+        if self.dir is None:
+            return
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.backup:
+            os.rename(self.backup, self.dir)
+        for p in reversed(self.created):
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass
+        self.dir = None
+
+
+def nbdkit_tls(path, pki, port=None):
+    s = nbdkit(path, port)
+    s.name = "nbdkit-tls"
+    s.argv[1:1] = ["--tls=require", f"--tls-certificates={pki}"]
+    s.tls = True
+    return s
+
+
+def qemu_nbd_tls(path, pki, port=None):
+    s = qemu_nbd(path, port, name="qemu-nbd-tls",
+                 extra=["--object", f"tls-creds-x509,id=tls0,endpoint=server,dir={pki}", "--tls-creds", "tls0"])
+    s.tls = True
+    return s
+
+
+def jnbd_tls(exports, pki, port=None, extra=()):
+    s = jnbd(exports, port, name="jnbd-tls", extra=["--tls", "require", "--tls-certificates", pki, *extra])
+    s.tls = True
+    return s
+
+
 # ---------------------------------------------------------------- /proc
 
 
@@ -291,9 +394,12 @@ class Server:
         self.proc, self.pid, self.missing, self.error = None, None, False, None
         self.peak_rss = 0
         self.logpath = None
+        self.tls = False
 
     def uri(self, export="bench"):
-        return f"nbd://127.0.0.1:{self.port}/{export}"
+        # A TLS server's clients find their CA in libnbd's default directory (see LibnbdCertificates): fio's
+        # nbd engine may not name local files in the URI.
+        return f"{'nbds' if self.tls else 'nbd'}://127.0.0.1:{self.port}/{export}"
 
     def start(self, timeout=120):
         exe = self.argv[0]

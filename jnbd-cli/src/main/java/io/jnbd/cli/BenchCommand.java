@@ -20,16 +20,21 @@ import picocli.CommandLine.Parameters;
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
     description = {
         "Drive an NBD export with a fixed number of requests in flight and report throughput and latency.",
-        "Writes destroy the export's contents in the range used.", ""},
+        "Writes destroy the export's contents in the range used.",
+        "",
+        "URI is nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, or with TLS",
+        "nbds://HOST[:PORT]/EXPORT?tls-certificates=DIR (also tls-psk-file=FILE,",
+        "tls-verify-peer=false, tls-hostname=NAME, user@HOST for the PSK identity).", ""},
     footer = {"", "Examples:",
         "  jnbd bench nbd://127.0.0.1:10809/default                       # 4k random reads, depth 32, 10 s",
         "  jnbd bench --rw read --bs 1M --depth 8 nbd://127.0.0.1:10809/default",
-        "  jnbd bench --rw randrw --mix 70 --bs 16k --depth 16 --duration 30 nbd+unix:///disk?socket=/tmp/jnbd.sock"})
+        "  jnbd bench --rw randrw --mix 70 --bs 16k --depth 16 --duration 30 nbd+unix:///disk?socket=/tmp/jnbd.sock",
+        "  jnbd bench 'nbds://127.0.0.1:10809/default?tls-certificates=/etc/pki/jnbd'"})
 public final class BenchCommand implements Callable<Integer> {
 
     enum Pattern { read, write, randread, randwrite, randrw, rw }
 
-    @Parameters(paramLabel = "URI", description = "nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH")
+    @Parameters(paramLabel = "URI", description = "nbd[s]://HOST[:PORT]/EXPORT or nbd[s]+unix:///EXPORT?socket=PATH")
     String uri;
 
     @Option(names = "--rw", defaultValue = "randread", description = "read, write, randread, randwrite, randrw, rw (default ${DEFAULT-VALUE})")

@@ -19,6 +19,8 @@ import picocli.CommandLine.Parameters;
         "",
         "A and B are each an NBD URI or a local file:",
         "  nbd://host[:port]/export   nbd+unix:///export?socket=PATH",
+        "  nbds://host[:port]/export?tls-certificates=DIR  (TLS; also tls-psk-file=FILE,",
+        "  tls-verify-peer=false, tls-hostname=NAME, user@host for the PSK identity)",
         "",
         "Exit status: 0 when they are equal; 1 when they differ (the first",
         "differing offset, or the two sizes, are printed); 2 on error",
@@ -26,7 +28,8 @@ import picocli.CommandLine.Parameters;
         ""},
     footer = {"", "Examples:",
         "  jnbd cmp disk.img nbd://server/disk && echo same",
-        "  jnbd cmp nbd://a/x nbd://b/x"},
+        "  jnbd cmp nbd://a/x nbd://b/x",
+        "  jnbd cmp disk.img 'nbds://alice@server/disk?tls-psk-file=keys.psk'"},
     exitCodeOnExecutionException = 2, exitCodeOnInvalidInput = 2)
 public final class CmpCommand implements Callable<Integer> {
 

@@ -25,6 +25,8 @@ import picocli.CommandLine.Parameters;
         "",
         "SRC and DST are each an NBD URI or a local file:",
         "  nbd://host[:port]/export   nbd+unix:///export?socket=PATH",
+        "  nbds://host[:port]/export?tls-certificates=DIR  (TLS; also tls-psk-file=FILE,",
+        "  tls-verify-peer=false, tls-hostname=NAME, user@host for the PSK identity)",
         "",
         "The copy is sparse-aware. Ranges the source reports as zero (NBD block",
         "status) are not read: an NBD destination gets WRITE_ZEROES for them, a",
@@ -34,7 +36,8 @@ import picocli.CommandLine.Parameters;
         "multi-conn. A progress bar is drawn only on a terminal.",
         "",
         "Exit status: 0 when every byte was copied; 1 on failure, with one line",
-        "naming what failed and how far the copy got.",
+        "naming what failed and how far the copy got; 2 on a usage error (bad",
+        "options, unusable TLS files).",
         ""},
     footer = {"", "Examples:",
         "  # download an export into a sparse local file",
@@ -43,7 +46,9 @@ import picocli.CommandLine.Parameters;
         "  jnbd copy disk.img nbd://server/disk",
         "  # between two servers, 4 connections each (if they allow multi-conn)",
         "  jnbd copy --connections 4 nbd://a/x nbd://b/y",
-        "  jnbd copy 'nbd+unix:///?socket=/run/nbd.sock' out.raw"})
+        "  jnbd copy 'nbd+unix:///?socket=/run/nbd.sock' out.raw",
+        "  # over TLS, the server's certificate checked against DIR/ca-cert.pem",
+        "  jnbd copy 'nbds://server/disk?tls-certificates=/etc/pki/jnbd' disk.img"})
 public final class CopyCommand implements java.util.concurrent.Callable<Integer> {
 
     @Parameters(index = "0", paramLabel = "SRC", description = "source: NBD URI or local file")

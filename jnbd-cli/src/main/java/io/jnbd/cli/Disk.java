@@ -46,7 +46,7 @@ sealed interface Disk extends AutoCloseable {
     static Disk open(String spec, ClientOptions options) throws IOException {
         if (NbdUri.looksLikeUri(spec)) return new Remote(NbdClient.connect(NbdUri.parse(spec), options));
         Path path = Path.of(spec);
-        if (!Files.exists(path)) throw new NoSuchFileException(spec, null, "no such file (and not an nbd:// URI)");
+        if (!Files.exists(path)) throw new NoSuchFileException(spec, null, "no such file (and not an nbd:// or nbds:// URI)");
         return new Local(path, FileChannel.open(path, StandardOpenOption.READ), false);
     }
 

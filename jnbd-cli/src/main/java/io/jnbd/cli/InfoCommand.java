@@ -22,14 +22,21 @@ import picocli.CommandLine.Parameters;
         "URI is nbd://host[:port]/export or nbd+unix:///export?socket=PATH; an",
         "empty export selects the server's default export.",
         "",
+        "nbds:// and nbds+unix:// require TLS (STARTTLS), with query parameters",
+        "tls-certificates=DIR (ca-cert.pem, client-cert.pem, client-key.pem),",
+        "tls-psk-file=FILE (psktool's identity:hexkey; user@ picks the identity),",
+        "tls-verify-peer=false (accept any server certificate) and",
+        "tls-hostname=NAME (the name the certificate must carry).",
+        "",
         "With --json the output is one JSON object with at least the keys export,",
         "size (bytes), flags (names of the set transmission flags) and block_size",
-        "(minimum, preferred, maximum).",
+        "(minimum, preferred, maximum), and tls (protocol and cipher, or null).",
         ""},
     footer = {"", "Examples:",
         "  jnbd info nbd://localhost/disk",
         "  jnbd info --json nbd://localhost:10809/disk | jq .size",
         "  jnbd info --list nbd://localhost",
+        "  jnbd info 'nbds://server/disk?tls-certificates=/etc/pki/jnbd'",
         "  jnbd info 'nbd+unix:///?socket=/tmp/nbd.sock'"})
 public final class InfoCommand implements Callable<Integer> {
 
@@ -80,7 +87,8 @@ public final class InfoCommand implements Callable<Integer> {
                     + ", \"block_size\": {\"minimum\": " + i.minimumBlockSize() + ", \"preferred\": "
                     + i.preferredBlockSize() + ", \"maximum\": " + i.maximumPayload() + "}"
                     + ", \"structured_replies\": " + i.structuredReplies()
-                    + ", \"base_allocation\": " + i.baseAllocation() + "}");
+                    + ", \"base_allocation\": " + i.baseAllocation()
+                    + ", \"tls\": " + (client.tls() == null ? "null" : Json.string(client.tls())) + "}");
             } else {
                 out.println("export:       " + (i.name().isEmpty() ? "(default)" : i.name()));
                 if (!i.description().isEmpty()) out.println("description:  " + i.description());
@@ -90,6 +98,7 @@ public final class InfoCommand implements Callable<Integer> {
                     + ", maximum payload " + i.maximumPayload());
                 out.println("structured replies: " + (i.structuredReplies() ? "yes" : "no")
                     + ", base:allocation: " + (i.baseAllocation() ? "yes" : "no"));
+                out.println("tls:          " + (client.tls() == null ? "no" : client.tls()));
             }
             out.flush();
             return 0;

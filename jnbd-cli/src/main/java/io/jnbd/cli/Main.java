@@ -1,5 +1,6 @@
 package io.jnbd.cli;
 
+import io.jnbd.client.NbdConfigException;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
@@ -26,7 +27,8 @@ public final class Main implements Runnable {
         });
         cl.setExecutionExceptionHandler((ex, cmd, parseResult) -> {
             cmd.getErr().println("jnbd: " + (ex.getMessage() != null ? ex.getMessage() : ex.toString()));
-            return 1;
+            // Unusable TLS files are the user's setting, not a failure of the server: a usage error.
+            return ex instanceof NbdConfigException ? 2 : 1;
         });
         return cl;
     }

@@ -34,7 +34,7 @@ public final class PoolCommand implements Runnable {
             "holds, extents below their number of copies or lost, recovery progress), or",
             "of memory servers (memory and spill in use, each client's space).",
             "",
-            "TARGET is the pool export's URI, nbd://HOST:PORT/NAME, whose server serves",
+            "TARGET is the pool export's URI, nbd[s]://HOST:PORT/NAME, whose server serves",
             "NAME/status; or HOST:PORT of one or more memory servers.",
             ""},
         footer = {"", "Examples:",
@@ -56,7 +56,7 @@ public final class PoolCommand implements Runnable {
             PrintWriter out = spec.commandLine().getOut();
             if (targets.size() == 1 && NbdUri.looksLikeUri(targets.getFirst())) {
                 NbdUri pool = NbdUri.parse(targets.getFirst());
-                NbdUri status = new NbdUri(pool.uri(), pool.address(), pool.exportName() + "/status");
+                NbdUri status = pool.withExport(pool.exportName() + "/status");
                 byte[] doc = readDocument(status);
                 if (json) out.println(new String(doc, StandardCharsets.UTF_8).strip());
                 else printPool(out, pool, PoolStatus.parse(doc));

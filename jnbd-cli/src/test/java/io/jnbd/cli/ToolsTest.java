@@ -23,9 +23,37 @@ class ToolsTest {
     }
 
     @Test
+    void everyUriToolExplainsNbdsUris() {
+        for (String tool : new String[]{"info", "copy", "cmp", "bench"}) {
+            Run r = Run.jnbd(tool, "--help");
+            assertThat(r.out()).as(tool).contains("nbds://", "tls-certificates=", "tls-psk-file=", "tls-verify-peer=false",
+                "tls-hostname=");
+            assertThat(r.out().lines().filter(l -> l.contains("jnbd " + tool + " ") && l.contains("nbds://"))).as(tool).isNotEmpty();
+        }
+    }
+
+    @Test
+    void unusableTlsFilesAreUsageErrorsNamingTheFile(@TempDir Path dir) {
+        Path missing = dir.resolve("no-such-dir");
+        Path noKeys = dir.resolve("none.psk");
+        for (String[] args : new String[][]{{"info", "nbds://127.0.0.1:1/x?tls-certificates=" + missing},
+            {"copy", "nbds://127.0.0.1:1/x?tls-psk-file=" + noKeys, dir.resolve("out").toString()},
+            {"bench", "--duration", "1", "nbds://127.0.0.1:1/x?tls-certificates=" + missing}}) {
+            Run r = Run.jnbd(args);
+            assertThat(r.exit()).as(r.toString()).isEqualTo(2);
+            assertThat(r.err().strip().lines().count()).as(r.toString()).isEqualTo(1);
+            assertThat(r.err()).startsWith("jnbd: ").contains(args[0].equals("copy") ? noKeys.toString() : missing.toString());
+        }
+        Run cmp = Run.jnbd("cmp", "nbds://127.0.0.1:1/x?tls-certificates=" + missing, "nbd://127.0.0.1:1/");
+        assertThat(cmp.exit()).isEqualTo(2);
+        assertThat(cmp.err()).contains(missing.toString());
+    }
+
+    @Test
     void badUriIsOneLineAndNonZero() {
         for (String[] args : new String[][]{{"info", "http://example.org/x"}, {"info", "nbd+unix:///x"},
-            {"copy", "nbds://h/x", "/tmp/never"}, {"info", "nbd://127.0.0.1:1/x"}}) {
+            {"copy", "nbd://h/x?tls-certificates=/c", "/tmp/never"}, {"info", "nbds://h/x?tls-verify-peer=maybe"},
+            {"info", "nbd://127.0.0.1:1/x"}}) {
             Run r = Run.jnbd(args);
             assertThat(r.exit()).as(r.toString()).isNotZero();
             assertThat(r.err().strip().lines().count()).as(r.toString()).isEqualTo(1);

@@ -1,5 +1,8 @@
 package io.jnbd.client;
 
+import io.jnbd.tls.TlsClientSettings;
+
+import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.concurrent.Executor;
 
@@ -22,10 +25,20 @@ import java.util.concurrent.Executor;
  * @param completionExecutor where futures are completed (and so where callbacks attached without an executor
  *                          run); null for the connection's own threads, mostly its reader thread, which then
  *                          reads no further reply until the callback returns
+ * @param tls               TLS for every connection, even to an {@code nbd://} URI; null: only where the URI asks
+ *                          for it ({@code nbds://}). See {@link #withTls}
  */
 public record ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
                             boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
-                            Executor completionExecutor) {
+                            Executor completionExecutor, TlsClientSettings tls) {
+
+    /** Options without TLS of their own: the form before TLS, kept for source compatibility. */
+    public ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
+                         boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
+                         Executor completionExecutor) {
+        this(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead,
+            cachePageSize, completionExecutor, null);
+    }
 
     public ClientOptions {
         if (connections < 1) throw new IllegalArgumentException("connections must be at least 1");
@@ -42,36 +55,36 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
 
     /** One connection, 64 requests in flight, 10 s to connect, 2 min per request, structured replies, no cache. */
     public static ClientOptions defaults() {
-        return new ClientOptions(1, 64, Duration.ofSeconds(10), Duration.ofMinutes(2), true, 0, 0, 64 * 1024, null);
+        return new ClientOptions(1, 64, Duration.ofSeconds(10), Duration.ofMinutes(2), true, 0, 0, 64 * 1024, null, null);
     }
 
     public ClientOptions withConnections(int n) {
-        return new ClientOptions(n, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor);
+        return new ClientOptions(n, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
     }
 
     public ClientOptions withRequestsInFlight(int n) {
-        return new ClientOptions(connections, n, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor);
+        return new ClientOptions(connections, n, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
     }
 
     public ClientOptions withConnectTimeout(Duration d) {
-        return new ClientOptions(connections, requestsInFlight, d, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor);
+        return new ClientOptions(connections, requestsInFlight, d, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
     }
 
     public ClientOptions withRequestTimeout(Duration d) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, d, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, d, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
     }
 
     public ClientOptions withStructuredReplies(boolean on) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, on, cacheSize, readahead, cachePageSize, completionExecutor);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, on, cacheSize, readahead, cachePageSize, completionExecutor, tls);
     }
 
     /** Turns on the read cache: {@code size} bytes, of which sequential readers prefetch {@code readahead} ahead. */
     public ClientOptions withCache(long size, long readahead) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, size, readahead, cachePageSize, completionExecutor);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, size, readahead, cachePageSize, completionExecutor, tls);
     }
 
     public ClientOptions withCachePageSize(int pageSize) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, pageSize, completionExecutor);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, pageSize, completionExecutor, tls);
     }
 
     /**
@@ -79,6 +92,34 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
      * callbacks do not hold up other replies; null restores the default.
      */
     public ClientOptions withCompletionExecutor(Executor executor) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, executor);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, executor, tls);
+    }
+
+    /**
+     * Requires TLS (STARTTLS) on every connection with {@code settings}, whatever the URI's scheme; null restores
+     * the default (TLS only for {@code nbds} URIs). With an {@code nbds} URI the URI comes first: its certificate
+     * directory, PSK file and user replace these where it gives them, either side can turn peer verification
+     * off, and the name checked is the URI's ({@link NbdUri#tls()}). {@code serverName} may be null: the URI's
+     * host is then checked.
+     */
+    public ClientOptions withTls(TlsClientSettings settings) {
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, settings);
+    }
+
+    /** The TLS a connection to {@code uri} uses under these options, or null for none. */
+    TlsClientSettings tlsFor(NbdUri uri) {
+        TlsClientSettings u = uri.tls();
+        TlsClientSettings o = tls;
+        if (o == null) return u;
+        if (u == null) {
+            String host = o.serverName() != null ? o.serverName()
+                : uri.address() instanceof InetSocketAddress a ? a.getHostString() : null;
+            return new TlsClientSettings(o.certificates(), o.pskFile(), o.pskIdentity(), o.verifyPeer(), host);
+        }
+        return new TlsClientSettings(u.certificates() != null ? u.certificates() : o.certificates(),
+            u.pskFile() != null ? u.pskFile() : o.pskFile(),
+            u.pskIdentity() != null ? u.pskIdentity() : o.pskIdentity(),
+            u.verifyPeer() && o.verifyPeer(),
+            u.serverName() != null ? u.serverName() : o.serverName());
     }
 }

@@ -1,6 +1,5 @@
 package io.jnbd.client;
 
-import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.util.Map;
@@ -20,7 +19,7 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 final class Connection {
 
-    private final SocketChannel channel;
+    private final Transport transport;
     private final String peer;
     private final ExportInfo info;
     private final long requestTimeoutNanos;
@@ -36,18 +35,17 @@ final class Connection {
     private volatile NbdException failure;
 
     SocketChannel channel() {
-        return channel;
+        return transport.socket;
     }
 
-    Connection(SocketChannel channel, String peer, Handshake.Result handshake, ScheduledExecutorService timer,
-               ClientOptions options, int index) {
-        this.channel = channel;
+    Connection(String peer, Handshake.Result handshake, ScheduledExecutorService timer, ClientOptions options, int index) {
+        this.transport = handshake.transport();
         this.peer = peer;
         this.info = handshake.info();
         this.requestTimeoutNanos = options.requestTimeout().toNanos();
         this.completionExecutor = options.completionExecutor();
-        this.sender = new Sender(this, channel, options.requestsInFlight(), "jnbd-sender-" + peer + "#" + index);
-        Receiver receiver = new Receiver(this, channel, peer, info, handshake.baseAllocationId());
+        this.sender = new Sender(this, transport, options.requestsInFlight(), "jnbd-sender-" + peer + "#" + index);
+        Receiver receiver = new Receiver(this, transport, peer, info, handshake.baseAllocationId());
         this.reader = Thread.ofPlatform().daemon().name("jnbd-reader-" + peer + "#" + index).unstarted(receiver::run);
         reader.start();
         sender.start();
@@ -68,6 +66,11 @@ final class Connection {
 
     String peer() {
         return peer;
+    }
+
+    /** The negotiated TLS protocol and cipher suite, or null over a plain connection. */
+    String tls() {
+        return transport.tls();
     }
 
     /** Requests in flight: sent and not yet answered. */
@@ -202,11 +205,9 @@ final class Connection {
             if (failure != null) return;
             failure = cause;
         }
-        try {
-            channel.close();
-        } catch (IOException ignored) {
-            // Nothing more to do with a broken channel.
-        }
+        // Only the socket is closed, not the TLS session: its close_notify is a write, which may block, and the
+        // sender thread may be in the middle of one.
+        transport.close();
         if (sweeper != null) sweeper.cancel(false);
         // A request whose buffer the sender or reader holds gets the failure from the holder, once its
         // write or read has failed on the closed channel.

@@ -1,5 +1,9 @@
 package io.jnbd.client;
 
+import io.jnbd.tls.TlsClient;
+import io.jnbd.tls.TlsClientSettings;
+import io.jnbd.tls.TlsConfigException;
+
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.net.InetSocketAddress;
@@ -32,17 +36,34 @@ final class Connector {
      * the server advertises CAN_MULTI_CONN (otherwise their caches could disagree).
      */
     static List<Connection> openAll(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
-        return onPlatformThread(() -> openAllHere(uri, options, timer));
+        TlsClient tls = loadTls(uri, options);
+        return onPlatformThread(() -> openAllHere(uri, options, tls, timer));
     }
 
-    private static List<Connection> openAllHere(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
+    /**
+     * The TLS context for {@code uri}, or null for a plain connection. Loaded once, before connecting, so that a
+     * missing certificate or key file is reported as such instead of as a failed handshake, and multi-conn's
+     * connections share it.
+     */
+    private static TlsClient loadTls(NbdUri uri, ClientOptions options) throws NbdConfigException {
+        TlsClientSettings settings = options.tlsFor(uri);
+        if (settings == null) return null;
+        try {
+            return TlsClient.load(settings);
+        } catch (TlsConfigException e) {
+            throw new NbdConfigException(e.getMessage(), e);
+        }
+    }
+
+    private static List<Connection> openAllHere(NbdUri uri, ClientOptions options, TlsClient tls,
+                                                ScheduledExecutorService timer) throws IOException {
         List<Connection> opened = new ArrayList<>();
         try {
-            Connection first = open(uri, options, timer, 0, null);
+            Connection first = open(uri, options, tls, timer, 0, null);
             opened.add(first);
             ExportInfo info = first.info();
             int want = info.canMultiConn() ? options.connections() : 1;
-            for (int i = 1; i < want; i++) opened.add(open(uri, options, timer, i, info));
+            for (int i = 1; i < want; i++) opened.add(open(uri, options, tls, timer, i, info));
             return opened;
         } catch (IOException | RuntimeException e) {
             for (Connection c : opened) c.close(0);
@@ -51,29 +72,32 @@ final class Connector {
     }
 
     static List<ExportListing> list(NbdUri uri, ClientOptions options) throws IOException {
-        return onPlatformThread(() -> listHere(uri, options));
+        TlsClient tls = loadTls(uri, options);
+        return onPlatformThread(() -> listHere(uri, options, tls));
     }
 
-    private static List<ExportListing> listHere(NbdUri uri, ClientOptions options) throws IOException {
+    private static List<ExportListing> listHere(NbdUri uri, ClientOptions options, TlsClient tls) throws IOException {
         ScheduledExecutorService timer = newTimer();
         try (SocketChannel channel = openChannel(uri, options)) {
-            return withDeadline(channel, uri, options, timer, () -> new Handshake(channel, peer(uri)).list());
+            return withDeadline(channel, uri, options, timer,
+                () -> new Handshake(Transport.plain(channel), peer(uri), tls).list());
         } finally {
             timer.shutdownNow();
         }
     }
 
-    private static Connection open(NbdUri uri, ClientOptions options, ScheduledExecutorService timer, int index,
-                                   ExportInfo expected) throws IOException {
+    private static Connection open(NbdUri uri, ClientOptions options, TlsClient tls, ScheduledExecutorService timer,
+                                   int index, ExportInfo expected) throws IOException {
         SocketChannel channel = openChannel(uri, options);
         try {
+            // The deadline covers the TLS handshake too: closing the socket ends it wherever it waits.
             Handshake.Result result = withDeadline(channel, uri, options, timer,
-                () -> new Handshake(channel, peer(uri)).go(uri.exportName(), options.structuredReplies()));
+                () -> new Handshake(Transport.plain(channel), peer(uri), tls).go(uri.exportName(), options.structuredReplies()));
             if (expected != null && (result.info().size() != expected.size()
                 || result.info().transmissionFlags() != expected.transmissionFlags())) {
                 throw new NbdException(peer(uri) + " described the export differently on connection " + index);
             }
-            return new Connection(channel, peer(uri), result, timer, options, index);
+            return new Connection(peer(uri), result, timer, options, index);
         } catch (IOException | RuntimeException e) {
             channel.close();
             throw e;

@@ -8,34 +8,46 @@ import io.jnbd.protocol.OptionHeader;
 import io.jnbd.protocol.OptionReplyHeader;
 import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Strings;
+import io.jnbd.tls.SecureChannel;
+import io.jnbd.tls.TlsClient;
+import io.jnbd.tls.TlsException;
 
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
 
 /**
  * The client side of fixed newstyle option haggling, run on a blocking channel before the
- * transmission phase starts. One instance per connection.
+ * transmission phase starts. One instance per connection. With TLS, STARTTLS is the first option, so that
+ * every later one (and the export's name) is already encrypted, and a refusal ends the connection: the user
+ * asked for TLS, and a server, or someone in between, that declines must not get the session in plain text.
  */
 final class Handshake {
 
     /** Replies to options are small (names, descriptions, infos); anything larger is a broken server. */
     private static final int MAX_OPTION_REPLY = 64 * 1024;
     private static final long OLDSTYLE_MAGIC = 0x00420281861253L;
+    /** How jnbd-tls starts its reasons; the client's message names the peer instead. */
+    private static final List<String> TLS_PREFIXES = List.of("TLS handshake failed: ", "TLS session failed: ");
 
-    /** What the handshake settled for the transmission phase. */
-    record Result(ExportInfo info, int baseAllocationId) {}
+    /** What the handshake settled for the transmission phase, and the stream it goes on in (TLS or not). */
+    record Result(ExportInfo info, int baseAllocationId, Transport transport) {}
 
-    private final SocketChannel channel;
+    /** Plain at first; the TLS session once STARTTLS has succeeded. */
+    private Transport transport;
     private final String peer;
+    /** Null for a plain connection. */
+    private final TlsClient tls;
     private boolean noZeroes;
+    /** TLS is up and the server has not sent a byte over it yet. */
+    private boolean awaitingFirstTlsReply;
 
-    Handshake(SocketChannel channel, String peer) {
-        this.channel = channel;
+    Handshake(Transport transport, String peer, TlsClient tls) {
+        this.transport = transport;
         this.peer = peer;
+        this.tls = tls;
     }
 
     /** Greeting and client flags: common to every use of a connection. */
@@ -53,6 +65,41 @@ final class Handshake {
         noZeroes = (serverFlags & Nbd.FLAG_NO_ZEROES) != 0;
         int clientFlags = Nbd.FLAG_C_FIXED_NEWSTYLE | (noZeroes ? Nbd.FLAG_C_NO_ZEROES : 0);
         writeFully(ByteBuffer.allocate(4).putInt(clientFlags).flip());
+        if (tls != null) startTls();
+    }
+
+    private void startTls() throws IOException {
+        sendOption(Nbd.OPT_STARTTLS, ByteBuffer.allocate(0));
+        Reply r = readReply(Nbd.OPT_STARTTLS);
+        if (r.header.isError()) {
+            String message = r.data.hasRemaining() ? decode(r.data, Math.min(r.data.remaining(), Strings.MAX_STRING)) : "";
+            abort();
+            throw new NbdException("server at " + peer + " does not offer TLS (it answered STARTTLS with "
+                + r.name() + (message.isEmpty() ? "" : ": " + message) + ")");
+        }
+        if (r.header.type() != Nbd.REP_ACK || r.data.hasRemaining()) {
+            throw violation("unexpected reply " + r.name() + " to STARTTLS");
+        }
+        SecureChannel session;
+        try {
+            session = tls.connect(transport.raw());
+        } catch (TlsException e) {
+            throw tlsFailed(e);
+        }
+        transport = new Transport.Tls(transport.socket, session);
+        awaitingFirstTlsReply = true;
+    }
+
+    /**
+     * A TLS failure at any point of the handshake, STARTTLS's or NBD's after it: with TLS 1.3 a server's refusal of
+     * the client's certificate arrives only after the client has finished its side, with the first option reply.
+     */
+    private NbdConnectionException tlsFailed(TlsException e) {
+        String why = e.getMessage() == null ? e.toString() : e.getMessage();
+        for (String prefix : TLS_PREFIXES) {
+            if (why.startsWith(prefix)) why = why.substring(prefix.length());
+        }
+        return new NbdConnectionException("TLS handshake with " + peer + " failed: " + why, e);
     }
 
     /** Negotiates structured replies and base:allocation (if wanted), then enters transmission with {@code export}. */
@@ -122,7 +169,7 @@ final class Handshake {
         }
         if (exportInfo == null) throw violation("GO acknowledged without NBD_INFO_EXPORT");
         return new Result(exportInfo(name, description, exportInfo.size(), exportInfo.transmissionFlags(), blockSize,
-            structured, baseAllocationId), baseAllocationId);
+            structured, baseAllocationId), baseAllocationId, transport);
     }
 
     private Result exportName(String export, boolean structured, int baseAllocationId) throws IOException {
@@ -137,7 +184,8 @@ final class Handshake {
         }
         long size = reply.getLong();
         int flags = Short.toUnsignedInt(reply.getShort());
-        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), baseAllocationId);
+        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), baseAllocationId,
+            transport);
     }
 
     private static ExportInfo exportInfo(String name, String description, long size, int flags, Info.BlockSize bs,
@@ -184,6 +232,7 @@ final class Handshake {
         } catch (IOException ignored) {
             // The session is over either way.
         }
+        transport.endWrites();
     }
 
     private record Reply(OptionReplyHeader header, ByteBuffer data) {
@@ -197,7 +246,7 @@ final class Handshake {
         String what = switch (r.header.type()) {
             case Nbd.REP_ERR_UNKNOWN -> "unknown export '" + export + "'";
             case Nbd.REP_ERR_POLICY -> "refused by server policy";
-            case Nbd.REP_ERR_TLS_REQD -> "server requires TLS";
+            case Nbd.REP_ERR_TLS_REQD -> "server requires TLS (use an nbds:// URI)";
             case Nbd.REP_ERR_SHUTDOWN -> "server is shutting down";
             default -> r.name();
         };
@@ -245,19 +294,37 @@ final class Handshake {
         while (buf.hasRemaining()) {
             int r;
             try {
-                r = channel.read(buf);
+                r = transport.read(buf);
+            } catch (TlsException e) {
+                throw tlsFailed(e);
             } catch (IOException e) {
+                if (awaitingFirstTlsReply) throw closedAfterTls(e);
                 throw new NbdConnectionException("connection to " + peer + " failed while reading " + what + ": " + e.getMessage(), e);
             }
             if (r < 0) {
+                if (awaitingFirstTlsReply) throw closedAfterTls(new EOFException());
                 throw new NbdConnectionException(peer + " closed the connection while the client was reading " + what,
                     new EOFException());
             }
         }
+        awaitingFirstTlsReply = false;
         return buf.flip();
     }
 
+    /**
+     * GnuTLS servers (nbdkit, qemu-nbd) refuse a TLS 1.3 client's certificate, or its absence, by hanging up once
+     * the client has finished its side of the handshake: the hang-up is the only reason the client gets.
+     */
+    private NbdConnectionException closedAfterTls(IOException e) {
+        return new NbdConnectionException("TLS handshake with " + peer + " failed: the server closed the connection"
+            + " as it ended (a client certificate missing or refused?)", e);
+    }
+
     private void writeFully(ByteBuffer buf) throws IOException {
-        while (buf.hasRemaining()) channel.write(buf);
+        try {
+            transport.write(buf);
+        } catch (TlsException e) {
+            throw tlsFailed(e);
+        }
     }
 }

@@ -89,7 +89,9 @@ public final class NbdClient implements AutoCloseable {
     /**
      * Connects to the export named by {@code uri} and finishes the handshake. With
      * {@link ClientOptions#connections()} above one, further connections are opened only if the server
-     * advertises CAN_MULTI_CONN (otherwise their caches could disagree).
+     * advertises CAN_MULTI_CONN (otherwise their caches could disagree). With TLS ({@code nbds} URIs, or
+     * {@link ClientOptions#withTls}) every connection starts with STARTTLS and fails if the server declines it;
+     * unusable TLS files fail with {@link NbdConfigException} before anything is sent.
      */
     public static NbdClient connect(NbdUri uri, ClientOptions options) throws IOException {
         ScheduledExecutorService timer = Connector.newTimer();
@@ -122,6 +124,14 @@ public final class NbdClient implements AutoCloseable {
 
     public NbdUri uri() {
         return uri;
+    }
+
+    /**
+     * The TLS protocol and cipher suite the connections negotiated (e.g. "TLSv1.3 TLS_AES_256_GCM_SHA384"), or
+     * null if they are plain.
+     */
+    public String tls() {
+        return connections.getFirst().tls();
     }
 
     /** The sockets of the connections, for tests that look at them from the operating system's side. */

@@ -9,7 +9,6 @@ import io.jnbd.protocol.StructuredReplyHeader;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 
 /**
  * The receiving side of a connection, run by its one reader thread: reads every reply, matches it to its
@@ -28,7 +27,7 @@ final class Receiver {
     private static final long MAX_ERROR_CHUNK = 6 + io.jnbd.protocol.Strings.MAX_STRING + 8;
 
     private final Connection connection;
-    private final SocketChannel channel;
+    private final Transport transport;
     private final String peer;
     private final ExportInfo info;
     private final int baseAllocationId;
@@ -40,9 +39,9 @@ final class Receiver {
     /** Received and not yet parsed, between position and limit. */
     private final ByteBuffer in = ByteBuffer.allocateDirect(64 * 1024).flip();
 
-    Receiver(Connection connection, SocketChannel channel, String peer, ExportInfo info, int baseAllocationId) {
+    Receiver(Connection connection, Transport transport, String peer, ExportInfo info, int baseAllocationId) {
         this.connection = connection;
-        this.channel = channel;
+        this.transport = transport;
         this.peer = peer;
         this.info = info;
         this.baseAllocationId = baseAllocationId;
@@ -194,16 +193,16 @@ final class Receiver {
         java.lang.foreign.MemorySegment.ofBuffer(buf.slice(from, n)).fill((byte) 0);
     }
 
-    /** Fills {@code buf}: first from what was received already, then from the socket. */
+    /** Fills {@code buf}: first from what was received already, then from the connection. */
     private void readFully(ByteBuffer buf) throws IOException {
         take(buf);
         while (buf.hasRemaining()) {
             if (buf.remaining() >= DIRECT_READ_MIN) {
-                if (channel.read(buf) < 0) throw new EOFException();
+                if (transport.read(buf) < 0) throw new EOFException();
                 continue;
             }
             in.clear();
-            int n = channel.read(in);
+            int n = transport.read(in);
             in.flip();
             if (n < 0) throw new EOFException();
             take(buf);

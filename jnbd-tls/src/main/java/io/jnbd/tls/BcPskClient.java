@@ -115,14 +115,27 @@ final class BcPskClient {
         }
 
         String explain(Throwable e) {
+            // GnuTLS servers (nbdkit, qemu-nbd) hang up without an alert on an unknown identity or a wrong key.
+            if (e instanceof TlsException t && t.getMessage().startsWith("the connection closed before")) {
+                return "PSK handshake failed: the server closed the connection on our ClientHello"
+                    + " (does it know PSK identity '" + identity + "', with this key?)";
+            }
+            if (e instanceof TlsException t && t.getMessage().endsWith("the connection closed during the handshake")) {
+                return "PSK handshake failed: the server closed the connection during the handshake"
+                    + " (is its key for '" + identity + "' another?)";
+            }
             if (e instanceof TlsFatalAlertReceived r) {
                 short d = r.getAlertDescription();
                 if (d == AlertDescription.unknown_psk_identity) return "the server does not know PSK identity '" + identity + "'";
                 if (d == AlertDescription.decrypt_error || d == AlertDescription.bad_record_mac) {
                     return "PSK handshake failed: the server refused the key of '" + identity + "' (" + AlertDescription.getText(d) + ")";
                 }
-            } else if (e instanceof TlsFatalAlert a && a.getAlertDescription() == AlertDescription.bad_record_mac) {
-                return "PSK handshake failed: the server's key for '" + identity + "' differs (bad_record_mac)";
+            } else if (e instanceof TlsFatalAlert a) {
+                if (a.getAlertDescription() == AlertDescription.bad_record_mac) {
+                    return "PSK handshake failed: the server's key for '" + identity + "' differs (bad_record_mac)";
+                }
+                // Raised here, with a line of our own (a server that chose no PSK, or sent a certificate).
+                if (Failures.detail(a) != null && Failures.detail(a).contains(identity)) return Failures.detail(a);
             }
             return Failures.why(e);
         }

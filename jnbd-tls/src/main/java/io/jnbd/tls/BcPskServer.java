@@ -95,6 +95,12 @@ final class BcPskServer {
             return PskSuites.offered(getCrypto(), versions);
         }
 
+        /** Our order (ECDHE before DHE, AES-GCM before ChaCha20), not the client's: GnuTLS lists DHE-PSK with AES-256 early. */
+        @Override
+        protected boolean preferLocalCipherSuites() {
+            return true;
+        }
+
         @Override
         public TlsPSKExternal getExternalPSK(Vector identityList) {
             for (Object o : identityList) {

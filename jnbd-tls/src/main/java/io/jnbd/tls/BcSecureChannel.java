@@ -69,7 +69,8 @@ final class BcSecureChannel implements SecureChannel {
             c.runHandshake(server, received);
         } catch (IOException | RuntimeException e) {
             c.sendAlertQuietly();
-            throw e instanceof TlsException t ? t : new TlsException(explain.apply(e), e);
+            String why = explain.apply(e);
+            throw e instanceof TlsException t && why.equals(t.getMessage()) ? t : new TlsException(why, e);
         }
         return c;
     }

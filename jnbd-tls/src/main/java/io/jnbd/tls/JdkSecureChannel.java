@@ -61,9 +61,11 @@ final class JdkSecureChannel implements SecureChannel {
         SSLSession s = engine.getSession();
         packetSize = Math.max(s.getPacketBufferSize(), Records.MAX_RECORD);
         appSize = s.getApplicationBufferSize();
-        netIn = ByteBuffer.allocateDirect(packetSize * RECORDS_PER_READ).flip();
-        appIn = ByteBuffer.allocateDirect(appSize).flip();
-        netOut = ByteBuffer.allocateDirect(packetSize * RECORDS_PER_WRITE);
+        // Heap buffers: the JDK's AES-GCM costs less CPU on arrays than on direct memory (measured, see
+        // docs/decisions/0007-tls-engines.md), and BouncyCastle's engine needs arrays anyway.
+        netIn = ByteBuffer.allocate(packetSize * RECORDS_PER_READ).flip();
+        appIn = ByteBuffer.allocate(appSize).flip();
+        netOut = ByteBuffer.allocate(packetSize * RECORDS_PER_WRITE);
     }
 
     /**
@@ -225,7 +227,7 @@ final class JdkSecureChannel implements SecureChannel {
         int n = unwrap(appIn, mayWait);
         if (n == OVERFLOW) {
             // The session's records grew past what was planned for: make room once.
-            appIn = ByteBuffer.allocateDirect(engine.getSession().getApplicationBufferSize() * 2);
+            appIn = ByteBuffer.allocate(engine.getSession().getApplicationBufferSize() * 2);
             n = unwrap(appIn, mayWait);
         }
         appIn.flip();

@@ -60,7 +60,8 @@ final class Pem {
             try {
                 k = switch (o) {
                     case PrivateKeyInfo pkcs8 -> KEYS.getPrivateKey(pkcs8);
-                    case PEMKeyPair pkcs1OrSec1 -> KEYS.getKeyPair(pkcs1OrSec1).getPrivate();
+                    // SEC1 keys may leave out their public half, so convert the private part alone
+                    case PEMKeyPair pkcs1OrSec1 -> KEYS.getPrivateKey(pkcs1OrSec1.getPrivateKeyInfo());
                     case PKCS8EncryptedPrivateKeyInfo e -> throw new TlsConfigException(file + ": the key is encrypted; give it unencrypted (as certtool and psktool write them)");
                     case PEMEncryptedKeyPair e -> throw new TlsConfigException(file + ": the key is encrypted; give it unencrypted (as certtool and psktool write them)");
                     // openssl ecparam -genkey writes the curve's name before the key

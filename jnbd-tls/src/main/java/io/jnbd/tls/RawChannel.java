@@ -8,6 +8,9 @@ import java.nio.ByteBuffer;
  * adapts its transport to it, the client its socket channel.
  *
  * <p>One thread may read while another writes.
+ *
+ * <p>The buffers passed in are heap buffers holding whole TLS records (up to four per write): an adapter over
+ * native I/O that needs direct memory should bounce through a direct buffer of its own, kept per connection.
  */
 public interface RawChannel {
     /** Reads at least one byte into {@code dst}, waiting for it; -1 at end of stream. */

@@ -1,6 +1,12 @@
 package io.jnbd.tls;
 
+import org.bouncycastle.asn1.pkcs.PrivateKeyInfo;
+import org.bouncycastle.asn1.sec.ECPrivateKey;
+import org.bouncycastle.asn1.x509.AlgorithmIdentifier;
+import org.bouncycastle.asn1.x9.X9ObjectIdentifiers;
 import org.bouncycastle.asn1.x500.X500Name;
+import org.bouncycastle.asn1.x509.SubjectPublicKeyInfo;
+import org.bouncycastle.util.io.pem.PemObject;
 import org.bouncycastle.asn1.x509.BasicConstraints;
 import org.bouncycastle.asn1.x509.CRLReason;
 import org.bouncycastle.asn1.x509.ExtendedKeyUsage;
@@ -202,10 +208,10 @@ public final class TestPki {
             if (sans != null) b.addExtension(Extension.subjectAlternativeName, false, sans);
             X509Certificate cert = new JcaX509CertificateConverter().getCertificate(b.build(signer(caKeys.getPrivate())));
             writePem(certFile, cert);
-            if (format == KeyFormat.PKCS8) {
-                writePem(keyFile, new JcaPKCS8Generator(keys.getPrivate(), null).generate());
-            } else {
-                writePem(keyFile, keys.getPrivate()); // BouncyCastle writes PKCS#1 for RSA, SEC1 for EC
+            switch (format) {
+                case PKCS8 -> writePem(keyFile, pkcs8(keys));
+                case PKCS1_RSA -> writePem(keyFile, keys.getPrivate()); // BouncyCastle writes an RSA key as PKCS#1
+                case SEC1_EC -> writePem(keyFile, sec1(keys));
             }
             return serial;
         } catch (IOException e) {
@@ -213,6 +219,29 @@ public final class TestPki {
         } catch (Exception e) {
             throw new IllegalStateException("cannot issue a test certificate", e);
         }
+    }
+
+    /**
+     * PKCS#8 as openssl writes it. For EC the JDK's own encoding leaves the public key out of the inner RFC 5915
+     * structure, and GnuTLS 3.7 refuses such a file ("ASN1 parser: Element was not found"), so put it in.
+     */
+    private static PemObject pkcs8(KeyPair keys) throws IOException {
+        if (!(keys.getPrivate() instanceof java.security.interfaces.ECPrivateKey ec)) {
+            return new JcaPKCS8Generator(keys.getPrivate(), null).generate();
+        }
+        SubjectPublicKeyInfo spki = SubjectPublicKeyInfo.getInstance(keys.getPublic().getEncoded());
+        PrivateKeyInfo info = new PrivateKeyInfo(
+            new AlgorithmIdentifier(X9ObjectIdentifiers.id_ecPublicKey, spki.getAlgorithm().getParameters()),
+            new ECPrivateKey(256, ec.getS(), spki.getPublicKeyData(), null));
+        return new PemObject("PRIVATE KEY", info.getEncoded());
+    }
+
+    /** RFC 5915 with the curve and public key in it, as openssl and certtool write it (the JDK's inner encoding has neither). */
+    private static PemObject sec1(KeyPair keys) throws IOException {
+        SubjectPublicKeyInfo spki = SubjectPublicKeyInfo.getInstance(keys.getPublic().getEncoded());
+        BigInteger d = ((java.security.interfaces.ECPrivateKey) keys.getPrivate()).getS();
+        return new PemObject("EC PRIVATE KEY",
+            new ECPrivateKey(256, d, spki.getPublicKeyData(), spki.getAlgorithm().getParameters()).getEncoded());
     }
 
     private static KeyPair keyPair(KeyFormat format) throws Exception {
