@@ -2,18 +2,8 @@ package io.jnbd.interop;
 
 import io.jnbd.tls.TestPki;
 import java.io.IOException;
-import java.io.InputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.cert.CertificateFactory;
-import java.security.cert.X509Certificate;
-import java.security.interfaces.ECPublicKey;
-import org.bouncycastle.asn1.pkcs.PrivateKeyInfo;
-import org.bouncycastle.asn1.sec.ECPrivateKey;
-import org.bouncycastle.asn1.x509.SubjectPublicKeyInfo;
-import org.bouncycastle.util.io.pem.PemObject;
-import org.bouncycastle.util.io.pem.PemReader;
-import org.bouncycastle.util.io.pem.PemWriter;
 
 /**
  * Certificates and keys for the TLS interop tests, made with {@link TestPki} in the layouts the peers read:
@@ -62,34 +52,7 @@ final class TlsFiles {
         Files.createDirectories(dir);
         ca.writeCa(dir);
         ca.writeClient(dir, cn, TestPki.Validity.CURRENT, TestPki.KeyFormat.PKCS8);
-        withPublicKey(dir.resolve(TestPki.CLIENT_KEY), dir.resolve(TestPki.CLIENT_CERT));
         return dir;
-    }
-
-    /**
-     * Rewrites an EC key as SEC1 with its public key: GnuTLS 3.7 (libnbd, QEMU) refuses an EC private key without
-     * the optional public key ("ASN1 parser: Element was not found"), and TestPki writes none. The public key is
-     * the certificate's.
-     */
-    private static void withPublicKey(Path key, Path cert) throws IOException {
-        byte[] der;
-        try (PemReader r = new PemReader(Files.newBufferedReader(key))) {
-            der = r.readPemObject().getContent();
-        }
-        PrivateKeyInfo info = PrivateKeyInfo.getInstance(der);
-        ECPrivateKey bare = ECPrivateKey.getInstance(info.parsePrivateKey());
-        X509Certificate certificate;
-        try (InputStream in = Files.newInputStream(cert)) {
-            certificate = (X509Certificate) CertificateFactory.getInstance("X.509").generateCertificate(in);
-        } catch (java.security.cert.CertificateException e) {
-            throw new IOException(cert + ": " + e.getMessage(), e);
-        }
-        int orderBits = ((ECPublicKey) certificate.getPublicKey()).getParams().getOrder().bitLength();
-        var publicKey = SubjectPublicKeyInfo.getInstance(certificate.getPublicKey().getEncoded()).getPublicKeyData();
-        ECPrivateKey full = new ECPrivateKey(orderBits, bare.getKey(), publicKey, info.getPrivateKeyAlgorithm().getParameters());
-        try (PemWriter w = new PemWriter(Files.newBufferedWriter(key))) {
-            w.writeObject(new PemObject("EC PRIVATE KEY", full.getEncoded()));
-        }
     }
 
     /** libnbd's URI for {@code export} over X.509 with the client directory {@code dir}. */
