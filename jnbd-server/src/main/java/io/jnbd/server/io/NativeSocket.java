@@ -48,6 +48,13 @@ public final class NativeSocket {
     private static final long FIONREAD = 0x541B;
 
     private static final MethodHandle SEND, SENDFILE, SENDMSG, RECV, SETSOCKOPT, POLL, IOCTL;
+    /**
+     * send and recv that may be handed a heap array, pinned for the call rather than copied: both never wait
+     * (MSG_DONTWAIT), which is what a critical call must promise. TLS records live in heap buffers (see
+     * {@code io.jnbd.tls.JdkSecureChannel}), tens of KiB at a time; without these each would be copied to
+     * native memory and back. Null where the JDK refuses the option.
+     */
+    private static final MethodHandle SEND_HEAP, RECV_HEAP;
     private static final MethodHandle EPOLL_CREATE1, EPOLL_CTL, EPOLL_WAIT;
     private static final StructLayout CAPTURE_LAYOUT;
     private static final VarHandle ERRNO;
@@ -113,6 +120,7 @@ public final class NativeSocket {
 
     static {
         MethodHandle send = null, sendfile = null, sendmsg = null, recv = null, setsockopt = null, poll = null, ioctl = null;
+        MethodHandle sendHeap = null, recvHeap = null;
         MethodHandle create = null, ctl = null, wait = null;
         StructLayout capture = null;
         VarHandle errno = null;
@@ -137,10 +145,18 @@ public final class NativeSocket {
                 ctl = linker.downcallHandle(libc.find("epoll_ctl").orElseThrow(), FunctionDescriptor.of(i, i, i, i, a), ccs);
                 wait = linker.downcallHandle(libc.find("epoll_wait").orElseThrow(), FunctionDescriptor.of(i, i, a, i, i), ccs);
                 ok = true;
+                try {
+                    Linker.Option pin = Linker.Option.critical(true);
+                    sendHeap = linker.downcallHandle(libc.find("send").orElseThrow(), FunctionDescriptor.of(l, i, a, l, i), ccs, pin);
+                    recvHeap = linker.downcallHandle(libc.find("recv").orElseThrow(), FunctionDescriptor.of(l, i, a, l, i), ccs, pin);
+                } catch (RuntimeException e) {
+                    sendHeap = recvHeap = null; // heap buffers are copied instead
+                }
             }
         } catch (Throwable t) {
             ok = false; // no native access: callers keep to the JDK's channels
         }
+        SEND_HEAP = sendHeap; RECV_HEAP = recvHeap;
         SEND = send; SENDFILE = sendfile; SENDMSG = sendmsg; RECV = recv; SETSOCKOPT = setsockopt; POLL = poll; IOCTL = ioctl;
         EPOLL_CREATE1 = create; EPOLL_CTL = ctl; EPOLL_WAIT = wait;
         CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
@@ -176,6 +192,9 @@ public final class NativeSocket {
      * are copied to native memory first; data buffers are direct and go as they are.
      */
     public static long sendNow(int socketFd, ByteBuffer[] bufs) throws IOException {
+        if (bufs.length == 1 && !bufs[0].isDirect() && bufs[0].remaining() > COPY_SPACE && SEND_HEAP != null) {
+            return sendHeapNow(socketFd, bufs[0]);
+        }
         Scratch s = take();
         Arena copies = null;
         long copied = 0;
@@ -223,6 +242,31 @@ public final class NativeSocket {
             throw new IOException("sendmsg", t);
         } finally {
             if (copies != null) copies.close();
+            give(s);
+        }
+    }
+
+    /** One large heap buffer, sent from where it lies (see SEND_HEAP). */
+    private static long sendHeapNow(int socketFd, ByteBuffer buf) throws IOException {
+        Scratch s = take();
+        MemorySegment src = MemorySegment.ofBuffer(buf);
+        try {
+            while (true) {
+                long n = (long) SEND_HEAP.invokeExact(s.state, socketFd, src, src.byteSize(), MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n >= 0) {
+                    buf.position(buf.position() + (int) n);
+                    return n;
+                }
+                int e = errno(s.state);
+                if (e == Errno.EINTR) continue;
+                if (e == Errno.EAGAIN) return 0;
+                throw new NativeIo.ErrnoException("send", e);
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("send", t);
+        } finally {
             give(s);
         }
     }
@@ -278,8 +322,8 @@ public final class NativeSocket {
      * position. Returns the bytes received, 0 when nothing is there yet, -1 at end of stream.
      */
     public static int receiveNow(int socketFd, ByteBuffer dst) throws IOException {
-        if (!dst.isDirect()) {
-            // Handshake messages only: a small native bounce, then into the heap buffer.
+        if (!dst.isDirect() && RECV_HEAP == null) {
+            // A small native bounce, then into the heap buffer.
             try (Arena arena = Arena.ofConfined()) {
                 ByteBuffer bounce = arena.allocate(Math.max(1, dst.remaining())).asByteBuffer().limit(dst.remaining());
                 int n = receiveNow(socketFd, bounce);
@@ -289,9 +333,10 @@ public final class NativeSocket {
         }
         Scratch s = take();
         MemorySegment target = MemorySegment.ofBuffer(dst);
+        MethodHandle recv = dst.isDirect() ? RECV : RECV_HEAP;
         try {
             while (true) {
-                long n = (long) RECV.invokeExact(s.state, socketFd, target, target.byteSize(), MSG_DONTWAIT);
+                long n = (long) recv.invokeExact(s.state, socketFd, target, target.byteSize(), MSG_DONTWAIT);
                 if (n > 0) {
                     dst.position(dst.position() + (int) n);
                     return (int) n;
