@@ -33,7 +33,7 @@ final class JdkSecureChannel implements SecureChannel {
     /** Ciphertext records gathered into one RawChannel.write: fewer system calls, bounded memory per connection. */
     private static final int RECORDS_PER_WRITE = 4;
     /** Room for this many records per RawChannel.read. */
-    private static final int RECORDS_PER_READ = 2;
+    private static final int RECORDS_PER_READ = 4;
     /** How long close() waits for a writer in the middle of a write before giving up on close_notify. */
     private static final long CLOSE_WAIT_MS = 1000;
 

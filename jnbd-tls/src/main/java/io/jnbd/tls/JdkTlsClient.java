@@ -62,6 +62,7 @@ final class JdkTlsClient {
         e.setUseClientMode(true);
         SSLParameters p = e.getSSLParameters();
         p.setProtocols(versions.jdk);
+        p.setCipherSuites(Versions.aes128First(p.getCipherSuites()));
         // "HTTPS" identification: the server's DNS or IP subject alternative names must name the host.
         if (settings.verifyPeer()) p.setEndpointIdentificationAlgorithm("HTTPS");
         e.setSSLParameters(p);

@@ -44,6 +44,10 @@ final class JdkTlsServer {
         e.setUseClientMode(false);
         e.setEnabledProtocols(versions.jdk);
         e.setNeedClientAuth(verifyPeer);
+        javax.net.ssl.SSLParameters p = e.getSSLParameters();
+        p.setCipherSuites(Versions.aes128First(p.getCipherSuites()));
+        p.setUseCipherSuitesOrder(true);
+        e.setSSLParameters(p);
         return JdkSecureChannel.handshake(e, raw, received);
     }
 
