@@ -42,7 +42,8 @@ final class Connection implements Runnable {
     private final InetAddress address;
     /** Set for a client the server has no room for: the handshake turns every option down with it. */
     private final Handshake.Refusal refused;
-    private final ConnectionStats stats;
+    /** Set once the handshake has chosen an export; only this connection's thread touches the field. */
+    private ConnectionStats stats;
     private volatile boolean transmitting;
     private volatile boolean stopRequested;
     private volatile boolean aborted;
@@ -58,7 +59,6 @@ final class Connection implements Runnable {
         this.peer = peer;
         this.address = address;
         this.refused = refused;
-        this.stats = new ConnectionStats(server.stats());
     }
 
     String peer() {
@@ -144,6 +144,7 @@ final class Connection implements Runnable {
                 log.debug("{}: handshake ended without an export", peer);
                 return;
             }
+            stats = new ConnectionStats(server.stats().export(session.export().name()));
             transport = handshake.transport();
             transmitting = true;
             handshakeOver();
@@ -171,6 +172,7 @@ final class Connection implements Runnable {
         } finally {
             handshakeOver();
             if (transmitting) server.exports().detached(session.export(), peer);
+            if (stats != null) stats.closed();
             if (dropReason != null) end = dropReason;
             Intake i = intake;
             if (i != null) i.release();
@@ -199,7 +201,7 @@ final class Connection implements Runnable {
     /** Reads requests until DISC, EOF or a protocol error; returns why it ended. */
     private String transmission(Session session) throws IOException, ProtocolException, InterruptedException {
         ServerConfig config = server.config();
-        Window window = new Window(config.requestsInFlight(), server.stats());
+        Window window = new Window(config.requestsInFlight(), stats);
         RequestValidator validator = new RequestValidator(session);
         Intake in = new Intake(transport, server.inputBuffers(), config.busyPoll().toNanos(), config.receiveTimeout());
         intake = in;
@@ -236,7 +238,7 @@ final class Connection implements Runnable {
                     continue;
                 }
                 long received = System.nanoTime();
-                stats.request();
+                stats.request(r.type());
                 if (r.type() == Nbd.CMD_DISC) {
                     end = "client sent DISC";
                     break;

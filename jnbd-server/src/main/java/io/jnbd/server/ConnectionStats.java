@@ -1,38 +1,77 @@
 package io.jnbd.server;
 
+import io.jnbd.protocol.Nbd;
+import java.util.List;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
- * Counters of one connection, logged when it ends, each also added to the server's totals: the one place
- * the request path counts traffic.
+ * What the request path counts, for one connection in transmission: the one place it counts. Each count goes to
+ * the export's {@link ExportStats} (which the metrics endpoint and the stats log line read), and the connection
+ * keeps its own totals for the line that logs its end.
  */
 final class ConnectionStats {
-    private final ServerStats server;
+    private final ExportStats export;
     private final LongAdder requests = new LongAdder();
     private final LongAdder bytesRead = new LongAdder();
     private final LongAdder bytesWritten = new LongAdder();
     private final LongAdder errors = new LongAdder();
 
-    ConnectionStats(ServerStats server) {
-        this.server = server;
+    /** Counts the connection among the export's until {@link #closed()}. */
+    ConnectionStats(ExportStats export) {
+        this.export = export;
+        export.connected();
     }
 
-    void request() {
+    void closed() {
+        export.disconnected();
+    }
+
+    /** A request received, of NBD command {@code type}. */
+    void request(int type) {
         requests.increment();
+        export.request(type);
     }
 
     void read(long bytes) {
         bytesRead.add(bytes);
-        server.bytesRead.add(bytes);
+        export.bytes(Nbd.CMD_READ, bytes);
     }
 
     void written(long bytes) {
         bytesWritten.add(bytes);
-        server.bytesWritten.add(bytes);
+        export.bytes(Nbd.CMD_WRITE, bytes);
     }
 
-    void error() {
+    /** A disk operation done: counts the range of a trim, zero or cache (reads and writes count where data moves). */
+    void covered(int type, long bytes) {
+        if (type == Nbd.CMD_TRIM || type == Nbd.CMD_WRITE_ZEROES || type == Nbd.CMD_CACHE) export.bytes(type, bytes);
+    }
+
+    void error(int errno) {
         errors.increment();
+        export.error(errno);
+    }
+
+    void splitRead(int chunks) {
+        export.splitRead(chunks);
+    }
+
+    void splitWrite() {
+        export.splitWrite();
+    }
+
+    /** Counts the operations of a batch's plan that merged requests. */
+    void planned(BatchScheduler.Plan plan) {
+        List<BatchScheduler.Op> ops = plan.ops();
+        for (int i = 0; i < ops.size(); i++) { // no iterator: this runs for every batch
+            int members = ops.get(i).members().size();
+            if (members > 1) export.merged(members);
+        }
+    }
+
+    /** The last part of a request's reply is on the wire. */
+    void completed(ServerStats.Timing timing, long now) {
+        export.completed(timing, now);
     }
 
     @Override

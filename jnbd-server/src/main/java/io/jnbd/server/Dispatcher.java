@@ -104,6 +104,7 @@ final class Dispatcher implements DataPath.ReplySink {
         }
         batch.clear();
         BatchScheduler.Plan plan = export.scheduler().plan(requests);
+        path.stats().planned(plan);
         List<Runnable> tasks = new ArrayList<>(plan.ops().size());
         List<Runnable> inline = new ArrayList<>();
         // Disk work worth doing here rather than on an I/O thread, if a slot is free (see INLINE_DISK).
@@ -274,6 +275,7 @@ final class Dispatcher implements DataPath.ReplySink {
                 }
                 default -> throw new IllegalStateException("unvalidated command " + r);
             }
+            path.stats().covered(op.type(), op.length());
             markDiskDone(members);
             for (InFlight m : members) {
                 m.releasePayload();

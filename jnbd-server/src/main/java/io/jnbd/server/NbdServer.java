@@ -214,9 +214,11 @@ public final class NbdServer implements AutoCloseable {
             Handshake.Refusal refusal = admit(ch, peer);
             if (refusal != null && refusing.incrementAndGet() > MAX_REFUSING) {
                 refusing.decrementAndGet();
+                stats.refusedInFlood();
                 closeQuietly(ch); // a flood: telling each one why would cost more than it is worth
                 continue;
             }
+            if (refusal != null) stats.refusedAtLimit();
             try {
                 if (remote instanceof InetSocketAddress inet) {
                     ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
@@ -361,6 +363,21 @@ public final class NbdServer implements AutoCloseable {
     /** Bytes of the buffer budget ({@link ServerConfig#bufferBudget()}) on loan right now. */
     public long bufferBytesInUse() {
         return buffers.outstandingBytes();
+    }
+
+    /** The most bytes of block data that may be on loan at once (see {@link ServerConfig#bufferBudget()}). */
+    public long bufferBudgetBytes() {
+        return buffers.budgetBytes();
+    }
+
+    /** Disk operations waiting for a thread of the I/O pool. */
+    public int ioQueueLength() {
+        return io instanceof java.util.concurrent.ThreadPoolExecutor pool ? pool.getQueue().size() : 0;
+    }
+
+    /** Threads of the I/O pool running a disk operation now. */
+    public int ioThreadsBusy() {
+        return io instanceof java.util.concurrent.ThreadPoolExecutor pool ? pool.getActiveCount() : 0;
     }
 
     /** The addresses the listeners are bound to, in the order they were opened. */

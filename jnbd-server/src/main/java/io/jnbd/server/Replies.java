@@ -70,7 +70,7 @@ final class Replies {
 
     ReplyWriter.Part error(InFlight f, int error, String message) {
         Request r = f.request;
-        stats.error();
+        stats.error(error);
         ByteBuffer h;
         if (session.structuredReplies()) {
             String msg = message.length() > MAX_MESSAGE ? message.substring(0, MAX_MESSAGE) : message;
@@ -85,7 +85,7 @@ final class Replies {
 
     /** A failed chunk of a split read: an error chunk naming its offset; {@code completes} is set on the last. */
     ReplyWriter.Part errorAt(Request r, Failure failure, long offset, InFlight completes) {
-        stats.error();
+        stats.error(failure.error());
         String msg = failure.message().length() > MAX_MESSAGE ? failure.message().substring(0, MAX_MESSAGE) : failure.message();
         ByteBuffer h = ByteBuffer.allocate(Chunks.errorOffsetSize(msg));
         Chunks.errorOffset(h, completes != null ? Nbd.REPLY_FLAG_DONE : 0, r.cookie(), failure.error(), msg, offset);

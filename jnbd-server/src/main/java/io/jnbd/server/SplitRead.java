@@ -26,6 +26,7 @@ final class SplitRead {
     }
 
     void start() {
+        path.stats().splitRead(plan.chunks());
         for (int i = 0; i < Math.min(plan.streams(), plan.chunks()); i++) submitNext();
     }
 

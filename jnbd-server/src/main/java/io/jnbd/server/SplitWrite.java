@@ -29,6 +29,7 @@ final class SplitWrite {
     /** On the reader: receives the payload piece by piece, each piece going to an I/O thread once it is in. */
     void receive(Intake intake, Intake.Leaser leaser) throws IOException, InterruptedException {
         Request r = flight.request;
+        path.stats().splitWrite();
         try {
             intake.receivePayload(r.length(), chunk, leaser, (at, piece) -> {
                 long offset = r.offset() + at;

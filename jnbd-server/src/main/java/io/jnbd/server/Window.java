@@ -17,9 +17,9 @@ final class Window {
     private final Semaphore requests;
     /** In 4 KiB units. */
     private final Semaphore bytes = new Semaphore(CONNECTION_BUFFER_BYTES / 4096);
-    private final ServerStats stats;
+    private final ConnectionStats stats;
 
-    Window(int size, ServerStats stats) {
+    Window(int size, ConnectionStats stats) {
         this.size = size;
         this.requests = new Semaphore(size);
         this.stats = stats;
@@ -51,7 +51,7 @@ final class Window {
         f.releasePayload();
         if (f.bytePermits > 0) bytes.release(f.bytePermits);
         requests.release();
-        stats.complete(f.timing, System.nanoTime());
+        stats.completed(f.timing, System.nanoTime());
     }
 
     /** Requests read and not yet answered in full. */
