@@ -4,6 +4,7 @@ import io.jnbd.server.ConfigFile;
 import io.jnbd.server.Export;
 import io.jnbd.server.ExportSpec;
 import io.jnbd.server.Exports;
+import io.jnbd.server.MetricsEndpoint;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.ServerTls;
@@ -188,6 +189,11 @@ public final class ServeCommand implements Callable<Integer> {
             + "(waiting, disk, sending, total); 0 = off")
     int statsInterval;
 
+    @Option(names = "--metrics", paramLabel = "HOST:PORT",
+        description = "serve Prometheus metrics over HTTP at http://HOST:PORT/metrics: requests, bytes, errors and "
+            + "request times per export, connections, buffer memory, I/O queue (default: off)")
+    String metrics;
+
     @Option(names = "--data-dir", paramLabel = "DIR", defaultValue = "jnbd-data",
         description = "directory of the embedded default export's default.img (default ./${DEFAULT-VALUE})")
     Path dataDir;
@@ -231,7 +237,9 @@ public final class ServeCommand implements Callable<Integer> {
         String defaultName = defaultExport;
         Integer receiveSeconds = receiveTimeout, backlogSize = backlog;
         TlsChoice tlsChoice;
+        InetSocketAddress metricsAddress;
         try {
+            metricsAddress = metrics == null ? null : metricsAddress(metrics);
             ServerTls.Mode tlsMode = tls == null ? null : mode(tls);
             Path certificates = tlsCertificates, psk = tlsPsk;
             Boolean verifyPeer = tlsVerifyPeer;
@@ -294,6 +302,29 @@ public final class ServeCommand implements Callable<Integer> {
             err.println("jnbd serve: " + e.getMessage());
             return 2;
         }
+        // Bound before any export is opened: a taken port stops the start as cleanly as a malformed one.
+        MetricsEndpoint endpoint = null;
+        if (metricsAddress != null) {
+            try {
+                endpoint = MetricsEndpoint.bind(metricsAddress);
+            } catch (IOException e) {
+                err.println("jnbd serve: --metrics: cannot listen on " + metrics + ": "
+                    + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
+                return 2;
+            }
+        }
+        try {
+            return serve(specs, defaultName, addresses, serverTls, tlsChoice, receiveSeconds, backlogSize, sendBufferBytes, endpoint);
+        } finally {
+            if (endpoint != null) endpoint.close();
+        }
+    }
+
+    /** Opens the exports and serves them until stopped; the exit status. */
+    private int serve(List<ExportSpec> specs, String defaultName, List<SocketAddress> addresses, ServerTls serverTls,
+                      TlsChoice tlsChoice, Integer receiveSeconds, Integer backlogSize, int sendBufferBytes,
+                      MetricsEndpoint endpoint) throws InterruptedException {
+        PrintStream err = System.err;
 
         List<Export> opened = new ArrayList<>();
         for (ExportSpec s : specs) {
@@ -345,6 +376,7 @@ public final class ServeCommand implements Callable<Integer> {
                 serverTls.mode() == ServerTls.Mode.REQUIRE ? "required" : "offered", serverTls.context().describe());
         }
         NbdServer server = new NbdServer(registry, cfg, serverTls);
+        if (endpoint != null) endpoint.expose(server);
         // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
         installSignalHandlers(server);
         List<SocketAddress> bound = new ArrayList<>();
@@ -380,6 +412,17 @@ public final class ServeCommand implements Callable<Integer> {
         if (e instanceof NoSuchFileException n) return n.getReason() != null ? n.getReason() : "no such file";
         if (e instanceof AccessDeniedException) return "permission denied";
         return e.getMessage() != null ? e.getMessage() : e.toString();
+    }
+
+    /** --metrics HOST:PORT; the message is meant for the user. */
+    private static InetSocketAddress metricsAddress(String value) {
+        try {
+            InetSocketAddress a = parseHostPort(value);
+            if (a.isUnresolved()) throw new IllegalArgumentException("unknown host '" + a.getHostString() + "'");
+            return a;
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--metrics " + e.getMessage());
+        }
     }
 
     static InetSocketAddress parseHostPort(String s) {
