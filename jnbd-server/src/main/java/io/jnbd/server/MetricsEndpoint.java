@@ -42,6 +42,8 @@ public final class MetricsEndpoint implements AutoCloseable {
 
     /** Serves {@code server}'s per-export statistics and its server-wide gauges. */
     public void expose(NbdServer server) {
+        // Every export's series from the first scrape on, zeros included: rate() needs a start to count from.
+        for (Export e : server.exports().all()) server.stats().export(e.name());
         server.stats().register(registry);
         gauge("jnbd_connections_open", "Open connections holding a slot of --max-connections (in the handshake or "
             + "transmission)", server::connectionCount);
