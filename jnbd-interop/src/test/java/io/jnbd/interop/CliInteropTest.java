@@ -41,7 +41,7 @@ class CliInteropTest {
         assertThat(help.output()).contains(
             "--listen", "--unix", "--export", "--config", "--default-export", "--stats-interval",
             "--send-timeout", "--busy-poll", "--send-buffer", "--io-threads", "--requests-in-flight", "--buffer-memory",
-            "--max-connections", "--operator-slots",
+            "--max-connections", "--operator-slots", "--metrics",
             "file:", "memory:", "size=", "readonly", "mode=", "cached", "direct", "description=");
     }
 
@@ -104,6 +104,38 @@ class CliInteropTest {
             assertThat(result.exitCode()).as(result.toString()).isNotZero();
             assertOneLineError(result, Integer.toString(port));
         }
+    }
+
+    @ParameterizedTest(name = "--metrics {0}")
+    @CsvSource({"nonsense, nonsense", "127.0.0.1:99999, 99999", "127.0.0.1:http, 127.0.0.1:http",
+        "no-such-host.invalid:9100, no-such-host.invalid"})
+    void badMetricsAddressIsOneLineAndExitTwoWithNothingStarted(String value, String named) {
+        Path image = dir.resolve("x.img");
+        Interop.Result result = jnbd("serve", "--listen", "127.0.0.1:" + Interop.freePort(), "--metrics", value,
+            "--export", "x=file:" + image + ",size=1M");
+        assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
+        assertOneLineError(result, named);
+        assertNothingStarted(result, image);
+    }
+
+    @Test
+    void metricsPortInUseIsOneLineAndExitTwoWithNothingStarted() throws Exception {
+        try (ServerSocket taken = new ServerSocket()) {
+            taken.bind(new InetSocketAddress("127.0.0.1", 0));
+            int port = taken.getLocalPort();
+            Path image = dir.resolve("x.img");
+            Interop.Result result = jnbd("serve", "--listen", "127.0.0.1:" + Interop.freePort(), "--metrics", "127.0.0.1:" + port,
+                "--export", "x=file:" + image + ",size=1M");
+            assertThat(result.exitCode()).as(result.toString()).isEqualTo(2);
+            assertOneLineError(result, "127.0.0.1:" + port);
+            assertNothingStarted(result, image);
+        }
+    }
+
+    /** No NBD listener was opened, and no export: its image file was never created. */
+    private static void assertNothingStarted(Interop.Result result, Path image) {
+        assertThat(result.output()).as(result.toString()).doesNotContain("listening on");
+        assertThat(image).as("the export's image file").doesNotExist();
     }
 
     /**
