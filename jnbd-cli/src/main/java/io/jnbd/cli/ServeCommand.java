@@ -76,6 +76,7 @@ import picocli.CommandLine.Option;
         "  jnbd serve --listen 0.0.0.0:10809 --unix /run/jnbd.sock \\",
         "             --export img=file:disk.img,size=20G,readonly",
         "  jnbd serve --config /etc/jnbd.conf",
+        "  jnbd serve --export disk=file:disk.img --metrics 127.0.0.1:9810",
         "  jnbd serve --export swap=pool:10.0.0.1:10810,10.0.0.2:10810,10.0.0.3:10810,size=8G",
         "  jnbd serve --tls require --tls-certificates /etc/pki/jnbd --tls-verify-peer \\",
         "             --export 'disk=file:/var/lib/vm.img,allow=alice;10.0.0.0/8'",
