@@ -36,8 +36,9 @@ class MetricsInteropTest {
         Interop.requireEnabled();
         Interop.requireCommands("fio");
         int metrics = Interop.freePort();
-        try (JnbdServer server = JnbdServer.start(dir, "--metrics", "127.0.0.1:" + metrics,
-                "--export", "disk=file:" + dir.resolve("disk.img") + ",size=64M," + options)) {
+        JnbdServer server = JnbdServer.start(dir, "--metrics", "127.0.0.1:" + metrics,
+            "--export", "disk=file:" + dir.resolve("disk.img") + ",size=64M," + options);
+        try {
             MetricsScrape before = MetricsScrape.of(metrics);
             Path json = dir.resolve("fio.json");
             Process fio = new ProcessBuilder("fio", "--name=metrics", "--ioengine=nbd", "--uri=" + server.uri("disk"),
@@ -74,6 +75,8 @@ class MetricsInteropTest {
             }
             assertThat(after.samples()).as(after.text())
                 .doesNotContainKeys("jnbd_errors_total{errno=\"EIO\",export=\"disk\"}");
+        } finally {
+            server.stop();
         }
     }
 
