@@ -15,8 +15,8 @@ import java.util.Map;
 /**
  * One export as the user writes it: {@code NAME=KIND:TARGET[,option...]}, e.g. {@code disk=file:/var/lib/vm.img,mode=direct}
  * or {@code scratch=memory:4G}. The options every export takes are {@code readonly}, {@code split=SIZE},
- * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}, {@code allow=ENTRY;ENTRY...} (see
- * {@link AllowList}; repeatable) and {@code description=TEXT}, which runs to the end of the spec and so may contain
+ * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}, {@code allow=ENTRY;ENTRY...} and
+ * {@code readonly-for=ENTRY;ENTRY...} (see {@link AllowList}; repeatable) and {@code description=TEXT}, which runs to the end of the spec and so may contain
  * commas; every other option belongs to the kind, whose {@link BackendFactory} checks it.
  */
 public record ExportSpec(String name, String kind, String target, BackendOptions options, boolean readOnly,
@@ -62,7 +62,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         String[] parts = rest.split(",", -1);
         String target = parts[0];
         Map<String, String> general = new LinkedHashMap<>(), own = new LinkedHashMap<>();
-        List<String> allow = new ArrayList<>();
+        List<String> allow = new ArrayList<>(), readOnlyFor = new ArrayList<>();
         for (int i = 1; i < parts.length; i++) {
             String opt = parts[i];
             int e = opt.indexOf('=');
@@ -71,6 +71,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
             switch (key) {
                 case "readonly", "ro", "split", "chunk", "streams", "scheduler" -> general.put(key, value);
                 case "allow" -> allow.add(value);
+                case "readonly-for" -> readOnlyFor.add(value);
                 default -> {
                     if (value == null && own.isEmpty() && factory.continuesTarget(key)) {
                         target += "," + key;
@@ -87,7 +88,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         factory.check(target, options);
         boolean readOnly = readOnly(general);
         return new ExportSpec(name, kind, target, options, readOnly, description,
-            tuning(new BackendOptions(general), factory.traits(target, options)), AllowList.parse(allow));
+            tuning(new BackendOptions(general), factory.traits(target, options)), AllowList.parse(allow, readOnlyFor));
     }
 
     private static boolean readOnly(Map<String, String> general) {
