@@ -300,6 +300,33 @@ public final class NativeIo {
     }
 
     /**
+     * One pread into {@code dst} (a direct buffer, position to limit), waiting for the disk if it must; advances
+     * its position. Returns the bytes read, 0 at the end of the file; a failure carries its errno.
+     */
+    public static int pread(int fd, ByteBuffer dst, long offset) throws IOException {
+        MemorySegment[] scratch = IOV_SCRATCH.get();
+        MemorySegment iov = scratch[0], state = scratch[1];
+        MemorySegment target = MemorySegment.ofBuffer(dst);
+        iov.set(ValueLayout.ADDRESS, 0, target);
+        iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
+        try {
+            while (true) {
+                long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, 0);
+                if (n >= 0) {
+                    dst.position(dst.position() + (int) n);
+                    return (int) n;
+                }
+                int e = errno(state);
+                if (e != Errno.EINTR) throw new ErrnoException("pread", e);
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("pread", t);
+        }
+    }
+
+    /**
      * Maps {@code length} bytes of zeroed anonymous memory at an address that is a multiple of
      * {@code alignment} (a power of two), asks for transparent huge pages on it, and ties it to
      * {@code arena}: closing the arena unmaps it. Returns null when the mapping fails; the caller then
