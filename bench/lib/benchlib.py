@@ -766,7 +766,7 @@ def write_results(bench, rows, meta, columns):
         s = stamp()
         base = os.path.join(RESULTS, f"{bench}-{s}")
         with open(base + ".json", "w") as f:
-            json.dump({"bench": bench, "meta": meta, "rows": rows}, f, indent=2, default=str)
+            json.dump({"bench": bench, "time": s, "meta": meta, "rows": rows}, f, indent=2, default=str)
         with open(base + ".csv", "w") as f:
             f.write(",".join(columns) + "\n")
             for r in rows:
