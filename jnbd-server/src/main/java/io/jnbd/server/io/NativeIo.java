@@ -17,7 +17,8 @@ import java.util.Optional;
 /**
  * The Linux system calls the JDK lacks (fallocate, lseek SEEK_DATA/SEEK_HOLE, posix_fadvise), reached
  * through {@code java.lang.foreign}. Callers check {@link #AVAILABLE} and fall back to portable code when
- * it is false (another OS, or a JVM started without native access).
+ * it is false (another OS, an architecture {@link LinuxAbi} has no constants for, or a JVM started without
+ * native access).
  *
  * <p>The calls act on a file descriptor of our own, opened beside the JDK's {@code FileChannel}: the
  * JDK does not expose its descriptor, and these calls depend only on the file, not on which descriptor
@@ -26,10 +27,13 @@ import java.util.Optional;
 public final class NativeIo {
     private NativeIo() {}
 
+    /** The architecture's constants (see {@link LinuxAbi}); null keeps every call here off. */
+    private static final LinuxAbi ABI = LinuxAbi.CURRENT;
+
     public static final int O_RDONLY = 0;
     public static final int O_RDWR = 2;
-    private static final int O_CLOEXEC = 0x80000;
-    public static final int O_DIRECT = 0x4000; // x86_64 and aarch64 value
+    private static final int O_CLOEXEC = ABI == null ? 0 : ABI.oCloexec();
+    public static final int O_DIRECT = ABI == null ? 0 : ABI.oDirect();
 
     public static final int FALLOC_FL_KEEP_SIZE = 0x01;
     public static final int FALLOC_FL_PUNCH_HOLE = 0x02;
@@ -53,7 +57,7 @@ public final class NativeIo {
     private static final MethodHandle MUNMAP;
     private static final MethodHandle MADVISE;
     private static final int PROT_READ_WRITE = 0x3;
-    private static final int MAP_PRIVATE_ANONYMOUS = 0x22;
+    private static final int MAP_PRIVATE_ANONYMOUS = 0x02 | (ABI == null ? 0 : ABI.mapAnonymous());
     private static final int MADV_HUGEPAGE = 14;
     private static final int RWF_NOWAIT = 0x08;
     /** Per-thread scratch for preadv2 and pwritev of one buffer: an iovec and the errno capture, freed with the thread. */
@@ -74,7 +78,7 @@ public final class NativeIo {
         VarHandle errno = null;
         boolean ok = false;
         try {
-            if (System.getProperty("os.name", "").toLowerCase().contains("linux")) {
+            if (ABI != null) {
                 Linker linker = Linker.nativeLinker();
                 var libc = linker.defaultLookup();
                 capture = Linker.Option.captureStateLayout();

@@ -17,7 +17,8 @@ import java.nio.ByteBuffer;
  * (MSG_DONTWAIT), sendfile behind a MSG_MORE header, the receive low-water mark, FIONREAD, poll and epoll.
  * Every call here returns instead of waiting on a socket; waiting is the caller's business (see
  * {@code io.jnbd.server.net.Poller}), so these calls are safe on virtual threads. Callers check
- * {@link #AVAILABLE} and keep to the JDK's channels when it is false.
+ * {@link #AVAILABLE} and keep to the JDK's channels when it is false (another OS, an architecture
+ * {@link LinuxAbi} has no constants for, or a JVM started without native access).
  */
 public final class NativeSocket {
     private NativeSocket() {}
@@ -30,22 +31,23 @@ public final class NativeSocket {
     private static final int EPOLLONESHOT = 1 << 30;
     private static final int EPOLL_CTL_ADD = 1;
     private static final int EPOLL_CTL_MOD = 3;
-    private static final int EPOLL_CLOEXEC = 0x80000;
+    /** The architecture's constants (see {@link LinuxAbi}); null keeps every call here off. */
+    private static final LinuxAbi ABI = LinuxAbi.CURRENT;
+    private static final int EPOLL_CLOEXEC = ABI == null ? 0 : ABI.oCloexec();
     private static final int ENOENT = 2;
     private static final int EEXIST = 17;
-    /** struct epoll_event is packed on x86_64 (12 bytes); elsewhere its 64-bit data field is aligned (16). */
-    private static final boolean PACKED_EPOLL_EVENT = System.getProperty("os.arch", "").matches("amd64|x86_64");
+    private static final boolean PACKED_EPOLL_EVENT = ABI != null && ABI.packedEpollEvent();
     public static final int EPOLL_EVENT_SIZE = PACKED_EPOLL_EVENT ? 12 : 16;
     private static final int EPOLL_DATA_OFFSET = PACKED_EPOLL_EVENT ? 4 : 8;
 
     private static final short POLLIN = 0x1;
     private static final short POLLOUT = 0x4;
-    private static final int SOL_SOCKET = 1;
-    private static final int SO_RCVLOWAT = 18;
+    private static final int SOL_SOCKET = ABI == null ? 0 : ABI.solSocket();
+    private static final int SO_RCVLOWAT = ABI == null ? 0 : ABI.soRcvlowat();
     private static final int MSG_DONTWAIT = 0x40;
     private static final int MSG_MORE = 0x8000;
     private static final int MSG_NOSIGNAL = 0x4000;
-    private static final long FIONREAD = 0x541B;
+    private static final long FIONREAD = ABI == null ? 0 : ABI.fionread();
 
     private static final MethodHandle SEND, SENDFILE, SENDMSG, RECV, SETSOCKOPT, POLL, IOCTL;
     /**
@@ -126,7 +128,7 @@ public final class NativeSocket {
         VarHandle errno = null;
         boolean ok = false;
         try {
-            if (System.getProperty("os.name", "").toLowerCase().contains("linux")) {
+            if (ABI != null) {
                 Linker linker = Linker.nativeLinker();
                 var libc = linker.defaultLookup();
                 capture = Linker.Option.captureStateLayout();
