@@ -4,12 +4,9 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Optional;
@@ -63,54 +60,28 @@ public final class NativeIo {
     /** Per-thread scratch for preadv2 and pwritev of one buffer: an iovec and the errno capture, freed with the thread. */
     private static final ThreadLocal<MemorySegment[]> IOV_SCRATCH = ThreadLocal.withInitial(() -> {
         Arena arena = Arena.ofAuto();
-        return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
+        return new MemorySegment[] {arena.allocate(Libc.IOVEC), arena.allocate(Libc.CAPTURE_LAYOUT)};
     });
-    private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
-    private static final StructLayout CAPTURE_LAYOUT;
-    private static final VarHandle ERRNO;
     public static final boolean AVAILABLE;
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
         MethodHandle preadv2 = null;
         MethodHandle mmap = null, munmap = null, madvise = null;
-        StructLayout capture = null;
-        VarHandle errno = null;
         boolean ok = false;
         try {
             if (ABI != null) {
-                Linker linker = Linker.nativeLinker();
-                var libc = linker.defaultLookup();
-                capture = Linker.Option.captureStateLayout();
-                errno = capture.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-                Linker.Option ccs = Linker.Option.captureCallState("errno");
-                open = linker.downcallHandle(libc.find("open").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT),
-                    ccs, Linker.Option.firstVariadicArg(2));
-                close = linker.downcallHandle(libc.find("close").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT));
-                fallocate = linker.downcallHandle(libc.find("fallocate").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG), ccs);
-                lseek = linker.downcallHandle(libc.find("lseek").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                fadvise = linker.downcallHandle(libc.find("posix_fadvise").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
-                pwritev = linker.downcallHandle(libc.find("pwritev").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG), ccs);
-                preadv2 = linker.downcallHandle(libc.find("preadv2").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                mmap = linker.downcallHandle(libc.find("mmap").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG));
-                munmap = linker.downcallHandle(libc.find("munmap").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG));
-                madvise = linker.downcallHandle(libc.find("madvise").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_INT));
+                ValueLayout i = ValueLayout.JAVA_INT, l = ValueLayout.JAVA_LONG, a = ValueLayout.ADDRESS;
+                open = Libc.withErrno("open", FunctionDescriptor.of(i, a, i, i), Linker.Option.firstVariadicArg(2));
+                close = Libc.plain("close", FunctionDescriptor.of(i, i));
+                fallocate = Libc.withErrno("fallocate", FunctionDescriptor.of(i, i, i, l, l));
+                lseek = Libc.withErrno("lseek", FunctionDescriptor.of(l, i, l, i));
+                fadvise = Libc.plain("posix_fadvise", FunctionDescriptor.of(i, i, l, l, i));
+                pwritev = Libc.withErrno("pwritev", FunctionDescriptor.of(l, i, a, i, l));
+                preadv2 = Libc.withErrno("preadv2", FunctionDescriptor.of(l, i, a, i, l, i));
+                mmap = Libc.plain("mmap", FunctionDescriptor.of(l, l, l, i, i, i, l));
+                munmap = Libc.plain("munmap", FunctionDescriptor.of(i, l, l));
+                madvise = Libc.plain("madvise", FunctionDescriptor.of(i, l, l, i));
                 ok = true;
             }
         } catch (Throwable t) {
@@ -120,7 +91,7 @@ public final class NativeIo {
         PREADV2 = preadv2;
         MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
-        CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
+        AVAILABLE = ok;
     }
 
     /** A system call failed; {@code errno} says why. */
@@ -145,7 +116,7 @@ public final class NativeIo {
     public static Optional<Integer> open(Path path, boolean writable, int extraFlags) throws IOException {
         if (!AVAILABLE) return Optional.empty();
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             int fd = (int) OPEN.invokeExact(state, arena.allocateFrom(path.toString()),
                 (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | extraFlags, 0);
             if (fd < 0) throw new ErrnoException("open " + path, errno(state));
@@ -167,7 +138,7 @@ public final class NativeIo {
 
     public static void fallocate(int fd, int mode, long offset, long length) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             int rc = (int) FALLOCATE.invokeExact(state, fd, mode, offset, length);
             if (rc != 0) throw new ErrnoException("fallocate", errno(state));
         } catch (IOException e) {
@@ -180,7 +151,7 @@ public final class NativeIo {
     /** lseek; returns -1 with {@code ENXIO} mapped to -1 (no more data / offset past the end). */
     public static long lseek(int fd, long offset, int whence) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             long rc = (long) LSEEK.invokeExact(state, fd, offset, whence);
             if (rc < 0) {
                 int e = errno(state);
@@ -242,8 +213,8 @@ public final class NativeIo {
      */
     public static void pwritevFully(int fd, ByteBuffer[] srcs, long offset) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
-            MemorySegment iov = arena.allocate(IOVEC, srcs.length);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
+            MemorySegment iov = arena.allocate(Libc.IOVEC, srcs.length);
             int first = 0;
             long pos = offset;
             while (first < srcs.length) {
@@ -368,6 +339,6 @@ public final class NativeIo {
     }
 
     private static int errno(MemorySegment state) {
-        return (int) ERRNO.get(state, 0L);
+        return Libc.errno(state);
     }
 }
