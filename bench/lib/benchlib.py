@@ -91,8 +91,11 @@ def on_cleanup(obj):
     _servers.append(obj)
 
 
-def tmpdir(prefix="jnbd-bench."):
-    d = tempfile.mkdtemp(prefix=prefix)
+def tmpdir(prefix="jnbd-bench.", parent=None):
+    """A directory removed at exit or on a signal; parent: where (default: the system's temporary directory)."""
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
     _tmpdirs.append(d)
     return d
 

@@ -1,4 +1,5 @@
-"""HTML pages of benchmark results: one self-contained file per results JSON of bench/peers or bench/curve.
+"""HTML pages of benchmark results: one self-contained file per results JSON of bench/peers, bench/curve or
+bench/copy.
 
 The page is made from the JSON the bench already writes ({"bench", "meta", "rows"}, see benchlib's
 write_results), never from the run itself, so that `bench/report` can rebuild it from any old results
@@ -396,4 +397,79 @@ def curve_page(results, when):
     return page("bench/curve", when, setup, sections)
 
 
-PAGES = {"peers": peers_page, "curve": curve_page}
+# ---------------------------------------------------------------- bench/copy
+
+TOOL_COLORS = {"jnbd": "#1f5fa8", "nbdcopy": "#2e8b57", "qemu-img": "#a0522d"}
+COPY_CASES = {"nbd-nbd": "NBD → NBD", "nbd-file": "NBD → file", "file-nbd": "file → NBD", "sparse": "sparse NBD → NBD"}
+
+
+def copy_page(results, when):
+    meta, rows = results.get("meta") or {}, results["rows"]
+    m = meta.get("machine") or {}
+    size = meta.get("size")
+    setup = [f"{fmt(size / (1 << 20), '.0f') if size else '?'} MiB disk; each figure the median of "
+             f"{meta.get('rounds', '?')} interleaved round(s), fresh servers for every run; every copy verified "
+             f"by {meta.get('verifier') or 'nothing'} in round 1, outside the timed part; file {meta.get('file', '?')}",
+             "Time: from spawning the tool to its exit (the JVM's start included for jnbd); NBD → file adds an fsync "
+             "of the destination after the tool exits, counted. CPU s/GB: the tool's utime+stime per 10⁹ bytes of "
+             "disk. Peak RSS: the tool's maxrss.",
+             f"sparse source: nbdkit {meta['sparse']}; MiB read: nbdkit's stats filter" if meta.get("sparse") else "",
+             *machine_lines(m), f"tools: {m.get('nbdcopy', '?')}, {m.get('qemu-img', '?')}"]
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    sections = [_copy_targets(meta.get("targets") or [])]
+    sections += [_copy_case(c, [r for r in rows if r["case"] == c]) for c in cases]
+    commands = meta.get("commands") or {}
+    if commands:
+        sections.append("<h2>Commands</h2>" + table(["tool", "command"], [[t, (c, "cmd")] for t, c in commands.items()],
+                                                    numeric=()) + f'<p class="setup">{escape(meta.get("commands_note", ""))}</p>')
+    runs = meta.get("runs") or []
+    if runs:
+        body = [[r.get("round", ""), COPY_CASES.get(r.get("case"), r.get("case", "")), r.get("tool", ""),
+                 *(fmt(r.get(k), f) for k, f in (("MiBps", ".0f"), ("wall_s", ".2f"), ("cpu_s_per_GB", ".2f"),
+                                                 ("peak_rss_MiB", ".0f"), ("sync_s", ".2f"), ("read_MiB", ".2f"))),
+                 (r.get("error") or r.get("verified") or "")[:120]] for r in runs]
+        sections.append(f"<details><summary>Every run ({len(runs)}): the rounds behind each median</summary>" +
+                        table(["round", "case", "tool", "MiB/s", "time s", "CPU s/GB", "peak RSS MiB", "sync s",
+                               "read MiB", "verified / error"], body, numeric=range(3, 9)) + "</details>")
+    return page("bench/copy", when, setup, [s for s in sections if s])
+
+
+def _copy_targets(targets):
+    if not targets:
+        return ""
+    body = []
+    for t in targets:
+        case, _, what = str(t.get("target", "")).partition(" ")
+        unit, spec = ("MiB read", ".2f") if what == "read_MiB" else ("MiB/s", ".0f")
+        body.append([f"{COPY_CASES.get(case, case)} {unit}", fmt(t.get("jnbd"), spec), fmt(t.get("nbdcopy"), spec),
+                     fmt(t.get("ratio"), ".2f") + "×", str(t.get("goal", "")),
+                     (str(t.get("verdict", "")), str(t.get("verdict", "")))])
+    return "<h2>jnbd against nbdcopy</h2>" + table(["target", "jnbd", "nbdcopy", "ratio", "goal", "verdict"], body,
+                                                  numeric=(1, 2, 3))
+
+
+def _copy_case(case, rows):
+    tools = [r["tool"] for r in rows]
+    ok = {r["tool"]: r.get("status") == "ok" for r in rows}
+
+    def bars(key, spec):
+        return [[(r.get(key), fmt(r.get(key), spec))] if ok[r["tool"]] else [(None, _short_status(r).split(":")[0])]
+                for r in rows]
+
+    panels = [charts.Panel("MiB/s", bars("MiBps", ".0f")),
+              charts.Panel("CPU s/GB (less is better)", bars("cpu_s_per_GB", ".2f")),
+              charts.Panel("peak RSS MiB (less is better)", bars("peak_rss_MiB", ".0f"))]
+    if any(r.get("read_MiB") not in (None, "") for r in rows):
+        panels.append(charts.Panel("MiB read from the source (less is better)", bars("read_MiB", ".2f")))
+    label = COPY_CASES.get(case, case)
+    colors = [TOOL_COLORS.get(t, OTHER_COLORS[i % len(OTHER_COLORS)]) for i, t in enumerate(tools)]
+    svg = charts.bar_panels(label, tools, colors, panels, css_class="chart case", attrs={"data-case": case})
+    body = [[r["tool"], *(fmt(r.get(k), f) for k, f in (("MiBps", ".0f"), ("wall_s", ".2f"), ("cpu_s_per_GB", ".2f"),
+                                                        ("peak_rss_MiB", ".0f"), ("sync_s", ".2f"), ("read_MiB", ".2f"))),
+             (r.get("verified") or "") if ok[r["tool"]] else (str(r.get("status", "?")), "")] for r in rows]
+    return (f'<section class="case" id="{escape(case)}"><h2>{escape(label)}</h2>\n{svg}\n'
+            + table(["tool", "MiB/s", "time s", "CPU s/GB", "peak RSS MiB", "sync s", "MiB read", "verified"], body,
+                    numeric=range(1, 7)) + "</section>")
+
+
+PAGES = {"peers": peers_page, "curve": curve_page, "copy": copy_page}

@@ -1,7 +1,8 @@
-"""The HTML report of bench/peers and bench/curve results (bench/lib/report.py and bench/report).
+"""The HTML report of bench/peers, bench/curve and bench/copy results (bench/lib/report.py and bench/report).
 
-Pages are built from the small results files in fixtures/, shaped as bench/peers and bench/curve write
-them (peers.json: run T's figures for two workloads, qemu-nbd failed, the floor beside jnbd). Run by
+Pages are built from the small results files in fixtures/, shaped as bench/peers, bench/curve and bench/copy
+write them (peers.json: run T's figures for two workloads, qemu-nbd failed, the floor beside jnbd; copy.json:
+two cases, qemu-img's sparse copy failed its verification). Run by
 bin/test; alone: python3 -m unittest discover -s bench/tests
 """
 
@@ -36,7 +37,8 @@ class Charts(HTMLParser):
     def handle_starttag(self, tag, attrs):
         if tag == "svg":
             a = dict(attrs)
-            self.charts.append({"class": a.get("class", "").split(), "workload": a.get("data-workload"), "text": []})
+            self.charts.append({"class": a.get("class", "").split(), "workload": a.get("data-workload"),
+                                "case": a.get("data-case"), "text": []})
             self.depth += 1
 
     def handle_endtag(self, tag):
@@ -49,6 +51,9 @@ class Charts(HTMLParser):
 
     def workloads(self):
         return {c["workload"]: " | ".join(c["text"]) for c in self.charts if "workload" in c["class"]}
+
+    def cases(self):
+        return {c["case"]: " | ".join(c["text"]) for c in self.charts if "case" in c["class"]}
 
 
 class PeersPage(unittest.TestCase):
@@ -102,6 +107,47 @@ class CurvePage(unittest.TestCase):
             self.assertIn(label, text)
         for figure in ("<td class=\"n\">6151</td>", "<td class=\"n\">1540</td>", "<td class=\"n\">1903</td>"):
             self.assertIn(figure, page)
+
+
+class CopyPage(unittest.TestCase):
+    """copy.json: NBD → file and sparse, jnbd ahead of nbdcopy, qemu-img's sparse copy failed its verification."""
+
+    def setUp(self):
+        self.page = report.render(fixture("copy.json"), "2026-11-23 19:18 UTC")
+        self.charts = Charts(self.page).cases()
+
+    def test_one_chart_per_case_in_the_order_run(self):
+        self.assertEqual(list(self.charts), ["nbd-file", "sparse"])
+
+    def test_each_chart_carries_throughput_cpu_and_rss_of_every_tool(self):
+        to_file = self.charts["nbd-file"]
+        for figure in ("NBD → file", "412", "150", "153", "3.41", "1.68", "198", "23"):
+            self.assertIn(figure, to_file)
+        for tool in ("jnbd", "nbdcopy", "qemu-img"):
+            self.assertIn(tool, to_file)
+            self.assertIn(tool, self.charts["sparse"])
+        self.assertNotIn("MiB read", to_file)
+
+    def test_sparse_shows_what_each_tool_read_from_the_source(self):
+        sparse = self.charts["sparse"]
+        for figure in ("MiB read from the source", "3.23", "3.50", "1890", "1547"):
+            self.assertIn(figure, sparse)
+
+    def test_a_failed_copy_is_named_not_drawn(self):
+        self.assertIn("failed", self.charts["sparse"])
+        self.assertNotIn("nan", self.charts["sparse"])
+        self.assertIn("failed: verify: copy differs", self.page)
+
+    def test_targets_against_nbdcopy(self):
+        for text in ("jnbd against nbdcopy", "NBD → file MiB/s", "2.75×", "sparse NBD → NBD MiB read", "0.92×",
+                     "&lt;= nbdcopy", "<td class=\"meets\">meets</td>"):
+            self.assertIn(text, self.page)
+
+    def test_setup_commands_and_every_run(self):
+        for text in ("median of 2 interleaved round(s)", "verified by jnbd cmp", "nbdcopy 1.14.2", "fsync",
+                     "qemu-img convert -n -f raw -O raw SRC DST", "copy --no-progress SRC DST", "Every run (2)",
+                     "0f478ec fixture"):
+            self.assertIn(text, self.page)
 
 
 class Scales(unittest.TestCase):
