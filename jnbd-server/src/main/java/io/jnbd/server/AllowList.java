@@ -126,4 +126,15 @@ public final class AllowList {
     public String toString() {
         return text;
     }
+
+    /** Lists of the same entries in the same order are equal (the order does not change who is admitted, but is kept for the log). */
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof AllowList other && text.equals(other.text);
+    }
+
+    @Override
+    public int hashCode() {
+        return text.hashCode();
+    }
 }
