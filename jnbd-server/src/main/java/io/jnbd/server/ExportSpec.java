@@ -131,21 +131,31 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
     }
 
     /**
-     * This spec as {@code --export} takes it after {@code NAME=}: {@code parse(name, text())} gives it back. Tuning
-     * is written only where it differs from the kind's defaults.
+     * This spec as {@code --export} takes it after {@code NAME=}: {@code parse(name, text())} gives it back unless a
+     * target or an option holds a comma (then only {@link #of} with {@link #parts()} does).
      */
     public String text() {
         StringBuilder b = new StringBuilder(kind).append(':').append(target);
-        options.asMap().forEach((k, v) -> b.append(',').append(k).append(v == null ? "" : "=" + v));
-        if (readOnly) b.append(",readonly");
-        ExportTuning defaults = ExportTuning.defaultsFor(BackendFactories.of(kind).traits(target, options));
-        if (tuning.splitThreshold() != defaults.splitThreshold()) b.append(",split=").append(size(tuning.splitThreshold()));
-        if (tuning.chunkSize() != defaults.chunkSize()) b.append(",chunk=").append(size(tuning.chunkSize()));
-        if (tuning.streams() != defaults.streams()) b.append(",streams=").append(tuning.streams());
-        if (tuning.scheduler() != defaults.scheduler()) b.append(",scheduler=").append(tuning.scheduler().name().toLowerCase(Locale.ROOT));
-        if (access != AllowList.ANYONE) b.append(",allow=").append(access);
+        for (var p : parts()) b.append(',').append(p.getKey()).append(p.getValue() == null ? "" : "=" + p.getValue());
         if (!description.isEmpty()) b.append(",description=").append(description);
         return b.toString();
+    }
+
+    /**
+     * The options of this spec, a bare key's value null: the kind's, then readonly, tuning where it differs from
+     * the kind's defaults, and allow.
+     */
+    public List<Map.Entry<String, String>> parts() {
+        List<Map.Entry<String, String>> out = new ArrayList<>();
+        options.asMap().forEach((k, v) -> out.add(new java.util.AbstractMap.SimpleImmutableEntry<>(k, v)));
+        if (readOnly) out.add(new java.util.AbstractMap.SimpleImmutableEntry<>("readonly", null));
+        ExportTuning defaults = ExportTuning.defaultsFor(BackendFactories.of(kind).traits(target, options));
+        if (tuning.splitThreshold() != defaults.splitThreshold()) out.add(Map.entry("split", size(tuning.splitThreshold())));
+        if (tuning.chunkSize() != defaults.chunkSize()) out.add(Map.entry("chunk", size(tuning.chunkSize())));
+        if (tuning.streams() != defaults.streams()) out.add(Map.entry("streams", Integer.toString(tuning.streams())));
+        if (tuning.scheduler() != defaults.scheduler()) out.add(Map.entry("scheduler", tuning.scheduler().name().toLowerCase(Locale.ROOT)));
+        if (access != AllowList.ANYONE) out.add(Map.entry("allow", access.toString()));
+        return out;
     }
 
     /** {@code bytes} in the largest of K, M, G, T that divides it. */
