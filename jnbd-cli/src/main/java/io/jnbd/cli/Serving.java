@@ -47,8 +47,11 @@ final class Serving {
         }
     }
 
-    /** What a reload did: whether it applied the file, and the line it logged saying so. */
-    record Reload(boolean applied, String message) {}
+    /**
+     * What a reload did: whether it applied the file, the line it logged saying so, and the settings the file
+     * changed that only a restart applies.
+     */
+    record Reload(boolean applied, String message, List<String> needRestart) {}
 
     private final CommandSpec command;
     private final ServeSettings started;
@@ -134,16 +137,19 @@ final class Serving {
      */
     synchronized Reload reload() {
         Path file = started.file();
-        if (file == null) return logged(false, "reload: there is no --config file to read again; nothing changed");
+        if (file == null) {
+            log.warn("reload: there is no --config file to read again; nothing changed");
+            return new Reload(false, "reload: there is no --config file to read again; nothing changed", List.of());
+        }
         ServeSettings next;
         ExportSet set;
         try {
             next = ServeSettings.resolve(command, file);
             set = ExportSet.open(next.exports(), next.string("default-export"), exports);
         } catch (ConfigException | IllegalArgumentException e) {
-            return logged(false, "reload of " + file + " refused, the exports stay as they were: " + e.getMessage());
+            return refused("reload of " + file + " refused, the exports stay as they were: " + e.getMessage());
         } catch (ExportSet.OpenFailed e) {
-            return logged(false, "reload of " + file + " refused, the exports stay as they were: " + describe(e));
+            return refused("reload of " + file + " refused, the exports stay as they were: " + describe(e));
         }
         ExportSet.Changes changes = set.changesFrom(exports);
         String defaultBefore = exports.exports().defaultName();
@@ -160,9 +166,11 @@ final class Serving {
                 file, String.join(", ", restart));
         }
         String defaultNow = set.exports().defaultName();
-        return logged(true, "reloaded " + file + ": " + summary(changes)
+        String message = "reloaded " + file + ": " + summary(changes)
             + (defaultNow.equals(defaultBefore) ? "" : "; the default export is now '" + defaultNow + "'")
-            + " (a reload applies exports and the default export; listeners, TLS and the other settings take a restart)");
+            + " (a reload applies exports and the default export; listeners, TLS and the other settings take a restart)";
+        log.info(message);
+        return new Reload(true, message, restart);
     }
 
     private static String summary(ExportSet.Changes c) {
@@ -179,10 +187,9 @@ final class Serving {
         return String.join("; ", parts);
     }
 
-    private static Reload logged(boolean applied, String message) {
-        if (applied) log.info(message);
-        else log.error(message);
-        return new Reload(applied, message);
+    private static Reload refused(String message) {
+        log.error(message);
+        return new Reload(false, message, List.of());
     }
 
     /** Printed in one write, so that a script watching the output never sees half of it. */
