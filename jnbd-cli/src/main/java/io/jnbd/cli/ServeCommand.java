@@ -81,6 +81,10 @@ import picocli.CommandLine.Spec;
         "default export (listeners, TLS and the other settings take a restart);",
         "a file with a mistake is refused whole and the exports stay as they were."})
 public final class ServeCommand implements Callable<Integer> {
+    // The option fields hold the command line as picocli parsed it, and are never read directly: ServeSettings
+    // reads them through picocli's model, merged with the config file, so that every option is also a key of
+    // the file and a reload can merge again. A new option needs its field here and, if its type is not check
+    // enough, one line in SettingChecks.
 
     @Option(names = "--listen", paramLabel = "HOST:PORT",
         description = "TCP address to listen on; repeatable (default 127.0.0.1:10809 unless only --unix is given)")
@@ -232,7 +236,7 @@ public final class ServeCommand implements Callable<Integer> {
 
     /** For memserver, which takes the same HOST:PORT. */
     static InetSocketAddress parseHostPort(String s) {
-        return ServeSettings.parseHostPort(s);
+        return SettingChecks.parseHostPort(s);
     }
 
     /**

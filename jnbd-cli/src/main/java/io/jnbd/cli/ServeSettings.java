@@ -16,7 +16,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import java.util.function.Predicate;
 import org.slf4j.LoggerFactory;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Model.OptionSpec;
@@ -25,7 +24,7 @@ import picocli.CommandLine.Model.OptionSpec;
  * What {@code jnbd serve} runs with: each setting from the command line, else the config file, else its
  * default. Every serve option is a setting, its key the long name without the dashes, found through picocli's
  * model of {@link ServeCommand}: a new option needs nothing here, unless its Java type is not check enough,
- * and then it is one line of {@link #CHECKS}. The exports merge by name, the command line's winning.
+ * and then it is one line of {@link SettingChecks}. The exports merge by name, the command line's winning.
  */
 final class ServeSettings {
 
@@ -34,33 +33,6 @@ final class ServeSettings {
 
     /** What a reload applies; every other setting takes a restart. data-dir only places the default export. */
     static final Set<String> RELOADABLE = Set.of("export", "default-export", "data-dir");
-
-    /** A constraint on a value, and how a message names what it wants. */
-    private record Check(String expected, Predicate<Object> ok) {}
-
-    private static Check range(int min, int max, String expected) {
-        return new Check(expected, v -> v instanceof Integer n && n >= min && n <= max);
-    }
-
-    private static final Check POSITIVE = range(1, Integer.MAX_VALUE, "a positive integer");
-    private static final Check NOT_NEGATIVE = range(0, Integer.MAX_VALUE, "an integer of 0 or more");
-
-    private static final Map<String, Check> CHECKS = Map.ofEntries(
-        Map.entry("listen", new Check("HOST:PORT", v -> parses(() -> parseHostPort((String) v)))),
-        Map.entry("tls", new Check("off, on or require", v -> parses(() -> ServerTls.parseMode((String) v)))),
-        Map.entry("default-export", new Check("an export's name", v -> !((String) v).isEmpty())),
-        Map.entry("handshake-timeout", POSITIVE),
-        Map.entry("send-timeout", POSITIVE),
-        Map.entry("receive-timeout", POSITIVE),
-        Map.entry("backlog", POSITIVE),
-        Map.entry("max-connections", POSITIVE),
-        Map.entry("operator-slots", NOT_NEGATIVE),
-        Map.entry("busy-poll", range(0, 10_000, "microseconds from 0 to 10000")),
-        Map.entry("send-buffer", new Check("auto, kernel or a size from 4K to 64M", v -> parses(() -> parseSendBuffer((String) v)))),
-        Map.entry("requests-in-flight", POSITIVE),
-        Map.entry("io-threads", POSITIVE),
-        Map.entry("buffer-memory", new Check("a size such as 256M", v -> parses(() -> ExportSpec.parseSize((String) v)))),
-        Map.entry("stats-interval", NOT_NEGATIVE));
 
     /** A setting's value (null: not set) and where it came from: {@code default}, {@code command line} or {@code FILE:LINE}. */
     record Value(Object value, String origin) {}
@@ -108,7 +80,9 @@ final class ServeSettings {
             if (parsed != null && parsed.hasMatchedOption(o)) v = new Value(copy(o.getValue()), COMMAND_LINE);
             else if (s != null) v = new Value(convert(s, o, file), file + ":" + s.line());
             else v = new Value(copy(o.getValue()), DEFAULT);
-            check(key, v);
+            SettingChecks.check(key, v.value()).ifPresent(message -> {
+                throw wrong(key, v, message);
+            });
             values.put(key, v);
         }
         Map<String, Value> exports = exports(serve, config, values);
@@ -157,35 +131,8 @@ final class ServeSettings {
         } else if (type == Path.class) {
             if (v instanceof String p && !p.isEmpty()) out = Path.of(p);
         }
-        if (out == null) throw located(file, s.line(), s.key(), "expected " + expected(s.key(), type) + ", got " + TomlText.literal(v));
+        if (out == null) throw located(file, s.line(), s.key(), "expected " + SettingChecks.expected(s.key(), type) + ", got " + TomlText.literal(v));
         return out;
-    }
-
-    private static String expected(String key, Class<?> type) {
-        Check c = CHECKS.get(key);
-        if (c != null) return c.expected();
-        if (type == int.class || type == Integer.class || type == long.class || type == Long.class) return "an integer";
-        if (type == boolean.class || type == Boolean.class) return "true or false";
-        if (type == Path.class) return "a path";
-        return "text";
-    }
-
-    /** Each value of {@code key} (each item of a list) against its line of {@link #CHECKS}. */
-    private static void check(String key, Value v) {
-        Check c = CHECKS.get(key);
-        if (c == null || v.value() == null) return;
-        for (Object item : v.value() instanceof List<?> l ? l : List.of(v.value())) {
-            if (!c.ok().test(item)) throw wrong(key, v, "expected " + c.expected() + ", got " + TomlText.literal(item));
-        }
-    }
-
-    private static boolean parses(Runnable parse) {
-        try {
-            parse.run();
-            return true;
-        } catch (IllegalArgumentException e) {
-            return false;
-        }
     }
 
     // ---------------------------------------------------------------- exports
@@ -284,9 +231,9 @@ final class ServeSettings {
     @SuppressWarnings("unchecked")
     List<SocketAddress> addresses() {
         List<SocketAddress> out = new ArrayList<>();
-        for (String hostPort : (List<String>) get("listen")) out.add(parseHostPort(hostPort));
+        for (String hostPort : (List<String>) get("listen")) out.add(SettingChecks.parseHostPort(hostPort));
         for (Path p : (List<Path>) get("unix")) out.add(UnixDomainSocketAddress.of(p));
-        if (out.isEmpty()) out.add(parseHostPort("127.0.0.1:" + Nbd.DEFAULT_PORT));
+        if (out.isEmpty()) out.add(SettingChecks.parseHostPort("127.0.0.1:" + Nbd.DEFAULT_PORT));
         return out;
     }
 
@@ -302,7 +249,7 @@ final class ServeSettings {
             .withSendTimeout(Duration.ofSeconds(integer("send-timeout")))
             .withIoThreads(integer("io-threads"))
             .withBusyPoll(Duration.ofNanos(integer("busy-poll") * 1000L))
-            .withSendBuffer(parseSendBuffer(string("send-buffer")))
+            .withSendBuffer(SettingChecks.parseSendBuffer(string("send-buffer")))
             .withBufferBudget(ExportSpec.parseSize(string("buffer-memory")))
             .withReceiveTimeout(Duration.ofSeconds(integer("receive-timeout")))
             .withBacklog(backlog != null ? backlog : 0)
@@ -350,35 +297,6 @@ final class ServeSettings {
             return ExportSpec.parse(spec.name(), spec.text()).equals(spec);
         } catch (IllegalArgumentException e) {
             return false;
-        }
-    }
-
-    // ---------------------------------------------------------------- value syntax shared with other commands
-
-    static java.net.InetSocketAddress parseHostPort(String s) {
-        int colon = s.lastIndexOf(':');
-        if (colon < 0) throw new IllegalArgumentException("'" + s + "' is not HOST:PORT");
-        String host = s.substring(0, colon);
-        if (host.startsWith("[") && host.endsWith("]")) host = host.substring(1, host.length() - 1);
-        int port;
-        try {
-            port = Integer.parseInt(s.substring(colon + 1));
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException("'" + s + "' has no valid port");
-        }
-        if (port < 0 || port > 65535) throw new IllegalArgumentException("port " + port + " is out of range");
-        return new java.net.InetSocketAddress(host.isEmpty() ? "0.0.0.0" : host, port);
-    }
-
-    static int parseSendBuffer(String value) {
-        switch (value) {
-            case "auto" -> { return ServerConfig.SEND_BUFFER_AUTO; }
-            case "kernel" -> { return ServerConfig.SEND_BUFFER_KERNEL; }
-            default -> {
-                long bytes = ExportSpec.parseSize(value);
-                if (bytes < 4096 || bytes > 64 << 20) throw new IllegalArgumentException("must be between 4K and 64M, not " + value);
-                return (int) bytes;
-            }
         }
     }
 }
