@@ -150,9 +150,31 @@ public final class AllowList {
         return entry;
     }
 
+    /** The allow= entries as written, joined by ';'; null for anyone. */
+    public String allowText() {
+        return admitted == null ? null : admitted.text();
+    }
+
+    /** The readonly-for= entries as written, joined by ';'; null for nobody. */
+    public String readOnlyText() {
+        return readOnly == null ? null : readOnly.text();
+    }
+
     /** "alice;10.0.0.0/8", "anyone", with " (read-only for bob)" when some clients only read. */
     @Override
     public String toString() {
         return (admitted == null ? "anyone" : admitted.text()) + (readOnly == null ? "" : " (read-only for " + readOnly.text() + ")");
+    }
+
+    /** Lists of the same entries in the same order are equal (the order does not change who is admitted, but is kept for the log). */
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof AllowList other && java.util.Objects.equals(allowText(), other.allowText())
+            && java.util.Objects.equals(readOnlyText(), other.readOnlyText());
+    }
+
+    @Override
+    public int hashCode() {
+        return java.util.Objects.hash(allowText(), readOnlyText());
     }
 }
