@@ -239,6 +239,8 @@ class ExportSpecTest {
         "file:/var/lib/vm.img",
         "file:/var/lib/vm.img,size=2G,mode=direct,readonly,split=2M,chunk=256K,streams=8,scheduler=sorted",
         "memory:4G,allow=alice;10.0.0.0/8,description=a, b",
+        "memory:4G,allow=alice;bob,readonly-for=bob;10.0.0.0/8",
+        "memory:1M,readonly-for=192.0.2.0/24",
         "pattern:1M,byte=7,streams=2"})
     void aSpecWrittenOutReadsBackTheSame(String spec) {
         ExportSpec s = ExportSpec.parse("x", spec);
