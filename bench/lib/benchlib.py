@@ -91,8 +91,11 @@ def on_cleanup(obj):
     _servers.append(obj)
 
 
-def tmpdir(prefix="jnbd-bench."):
-    d = tempfile.mkdtemp(prefix=prefix)
+def tmpdir(prefix="jnbd-bench.", parent=None):
+    """A directory removed at exit or on a signal; parent: where (default: the system's temporary directory)."""
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
     _tmpdirs.append(d)
     return d
 
@@ -766,7 +769,7 @@ def write_results(bench, rows, meta, columns):
         s = stamp()
         base = os.path.join(RESULTS, f"{bench}-{s}")
         with open(base + ".json", "w") as f:
-            json.dump({"bench": bench, "meta": meta, "rows": rows}, f, indent=2, default=str)
+            json.dump({"bench": bench, "time": s, "meta": meta, "rows": rows}, f, indent=2, default=str)
         with open(base + ".csv", "w") as f:
             f.write(",".join(columns) + "\n")
             for r in rows:

@@ -5,10 +5,12 @@ import io.jnbd.client.NbdClient;
 import io.jnbd.server.ExportSpec;
 import java.net.URI;
 import java.nio.ByteBuffer;
+import java.util.Locale;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.HdrHistogram.Histogram;
@@ -58,6 +60,10 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--connections", defaultValue = "1", paramLabel = "N", description = "connections (multi-conn) (default ${DEFAULT-VALUE})")
     int connections;
 
+    @Option(names = "--progress", negatable = true,
+        description = "draw a progress bar with the figures so far on stderr (default: only when stderr is a terminal)")
+    Boolean progress;
+
     @Override
     public Integer call() throws Exception {
         int bs = (int) ExportSpec.parseSize(blockSize);
@@ -77,13 +83,22 @@ public final class BenchCommand implements Callable<Integer> {
             long start = System.nanoTime();
             long deadline = start + duration * 1_000_000_000L;
             CountDownLatch done = new CountDownLatch(depth);
-            for (int slot = 0; slot < depth; slot++) {
-                ByteBuffer buf = ByteBuffer.allocateDirect(bs);
-                for (int i = 0; i < bs; i++) buf.put(i, (byte) (i * 7 + slot));
-                new Slot(client, buf, bs, blocks, new SplittableRandom(slot * 7919L + 1), deadline, latency, bytes,
-                    reads, writes, sequential, failure, done).next();
+            try (Progress bar = Progress.ofSeconds("bench", duration, progress)) {
+                for (int slot = 0; slot < depth; slot++) {
+                    ByteBuffer buf = ByteBuffer.allocateDirect(bs);
+                    for (int i = 0; i < bs; i++) buf.put(i, (byte) (i * 7 + slot));
+                    new Slot(client, buf, bs, blocks, new SplittableRandom(slot * 7919L + 1), deadline, latency, bytes,
+                        reads, writes, sequential, failure, done).next();
+                }
+                boolean finished;
+                do {
+                    finished = done.await(250, TimeUnit.MILLISECONDS);
+                    long elapsed = Math.max(1, System.nanoTime() - start);
+                    bar.stepTo(Math.min(elapsed / 1_000_000, duration * 1000L));
+                    bar.say(String.format(Locale.ROOT, " %.1f MB/s, %.0f IOPS", bytes.get() * 1e3 / elapsed,
+                        (reads.get() + writes.get()) * 1e9 / elapsed));
+                } while (!finished);
             }
-            done.await();
             double seconds = (System.nanoTime() - start) / 1e9;
             if (failure.get() != null) {
                 System.err.println("jnbd bench: request failed: " + failure.get().getMessage());

@@ -10,7 +10,6 @@ import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Semaphore;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -33,7 +32,8 @@ import picocli.CommandLine.Parameters;
         "local file (created or truncated first) keeps them as holes. Data that",
         "turns out to be all zeroes is treated the same way. Many requests stay in",
         "flight: --requests per connection, --connections when the server allows",
-        "multi-conn. A progress bar is drawn only on a terminal.",
+        "multi-conn. A progress bar with the rate and the time left is drawn on",
+        "stderr when stderr is a terminal.",
         "",
         "Exit status: 0 when every byte was copied; 1 on failure, with one line",
         "naming what failed and how far the copy got; 2 on a usage error (bad",
@@ -73,7 +73,8 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         description = "fail a request that gets no reply within this time (default: ${DEFAULT-VALUE})")
     int timeoutSeconds;
 
-    @Option(names = "--progress", negatable = true, description = "draw a progress bar (default: only on a terminal)")
+    @Option(names = "--progress", negatable = true,
+        description = "draw a progress bar with rate and time left on stderr (default: only when stderr is a terminal)")
     Boolean progress;
 
     @picocli.CommandLine.Spec
@@ -82,6 +83,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     private final AtomicLong copied = new AtomicLong();
     private final AtomicReference<Throwable> failure = new AtomicReference<>();
     private final AtomicLong failedAt = new AtomicLong(-1);
+    private Progress bar;
 
     @Override
     public Integer call() throws Exception {
@@ -91,15 +93,12 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         }
         ClientOptions options = ClientOptions.defaults().withConnections(connections).withRequestsInFlight(requests)
             .withRequestTimeout(Duration.ofSeconds(timeoutSeconds));
-        long start = System.nanoTime();
         try (Disk src = Disk.open(source, options); Disk dst = Disk.create(destination, src.size(), options)) {
             long size = src.size();
-            Progress bar = Progress.start(progress != null ? progress : Sizes.onTerminal(), size, copied);
-            try {
+            try (Progress bar = Progress.ofBytes("copy", size, progress)) {
+                this.bar = bar;
                 copy(src, dst, size);
                 if (failure.get() == null) dst.flush();
-            } finally {
-                bar.stop();
             }
             Throwable f = failure.get();
             if (f != null) {
@@ -107,10 +106,6 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                     + message(f) + "; copied " + copied.get() + " of " + size + " bytes (" + Sizes.percent(copied.get(), size)
                     + ") from " + src.name() + " to " + dst.name());
                 return 1;
-            }
-            if (bar.enabled()) {
-                double secs = (System.nanoTime() - start) / 1e9;
-                spec.commandLine().getErr().printf("copied %s in %.1f s%n", Sizes.human(size), secs);
             }
             return 0;
         }
@@ -186,6 +181,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     private void done(long offset, long length, Throwable error) {
         if (error == null) {
             copied.addAndGet(length);
+            bar.stepBy(length);
         } else if (failure.compareAndSet(null, unwrap(error))) {
             failedAt.set(offset);
         }
@@ -216,42 +212,5 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
 
     static String message(Throwable e) {
         return e.getMessage() != null ? e.getMessage() : e.toString();
-    }
-
-    /** A one-line progress bar on stderr, redrawn a few times a second; nothing at all when disabled. */
-    record Progress(boolean enabled, Thread thread) {
-        static Progress start(boolean enabled, long total, AtomicLong done) {
-            if (!enabled) return new Progress(false, null);
-            long t0 = System.nanoTime();
-            Thread t = Thread.ofPlatform().daemon().name("jnbd-progress").start(() -> {
-                try {
-                    while (!Thread.currentThread().isInterrupted()) {
-                        draw(total, done.get(), t0);
-                        TimeUnit.MILLISECONDS.sleep(250);
-                    }
-                } catch (InterruptedException ignored) {
-                    // Stopped.
-                }
-                draw(total, done.get(), t0);
-                System.err.println();
-            });
-            return new Progress(true, t);
-        }
-
-        private static void draw(long total, long done, long t0) {
-            int width = 40;
-            int filled = total == 0 ? width : (int) (width * done / total);
-            double secs = Math.max(1e-3, (System.nanoTime() - t0) / 1e9);
-            System.err.print("\r[" + "#".repeat(filled) + " ".repeat(width - filled) + "] "
-                + Sizes.percent(done, total) + "  " + Sizes.human(done) + " / " + Sizes.human(total)
-                + "  " + Sizes.human((long) (done / secs)) + "/s   ");
-            System.err.flush();
-        }
-
-        void stop() throws InterruptedException {
-            if (thread == null) return;
-            thread.interrupt();
-            thread.join(1000);
-        }
     }
 }

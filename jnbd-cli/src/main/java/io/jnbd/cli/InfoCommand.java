@@ -52,6 +52,14 @@ public final class InfoCommand implements Callable<Integer> {
     @picocli.CommandLine.Spec
     picocli.CommandLine.Model.CommandSpec spec;
 
+    // What --json prints; the keys are the components' names in snake_case, and scripts depend on them.
+    record Listing(List<Listed> exports) {}
+    record Listed(String name, String description) {}
+    record Described(String uri, String export, String description, long size, List<String> flags,
+                     int transmissionFlags, BlockSize blockSize, boolean structuredReplies, boolean baseAllocation,
+                     String tls) {}
+    record BlockSize(long minimum, long preferred, long maximum) {}
+
     @Override
     public Integer call() throws Exception {
         NbdUri target = NbdUri.parse(uri);
@@ -59,13 +67,7 @@ public final class InfoCommand implements Callable<Integer> {
         if (list) {
             List<ExportListing> exports = NbdClient.list(target, ClientOptions.defaults());
             if (json) {
-                StringBuilder sb = new StringBuilder("{\"exports\": [");
-                for (int i = 0; i < exports.size(); i++) {
-                    var e = exports.get(i);
-                    sb.append(i == 0 ? "" : ", ").append("{\"name\": ").append(Json.string(e.name()))
-                        .append(", \"description\": ").append(Json.string(e.description())).append('}');
-                }
-                out.println(sb.append("]}"));
+                out.println(Json.line(new Listing(exports.stream().map(e -> new Listed(e.name(), e.description())).toList())));
             } else {
                 for (var e : exports) {
                     String name = e.name().isEmpty() ? "(default)" : e.name();
@@ -78,17 +80,9 @@ public final class InfoCommand implements Callable<Integer> {
         try (NbdClient client = NbdClient.connect(target, ClientOptions.defaults())) {
             ExportInfo i = client.info();
             if (json) {
-                out.println("{\"uri\": " + Json.string(uri)
-                    + ", \"export\": " + Json.string(i.name())
-                    + ", \"description\": " + Json.string(i.description())
-                    + ", \"size\": " + i.size()
-                    + ", \"flags\": " + Json.strings(i.flagNames())
-                    + ", \"transmission_flags\": " + i.transmissionFlags()
-                    + ", \"block_size\": {\"minimum\": " + i.minimumBlockSize() + ", \"preferred\": "
-                    + i.preferredBlockSize() + ", \"maximum\": " + i.maximumPayload() + "}"
-                    + ", \"structured_replies\": " + i.structuredReplies()
-                    + ", \"base_allocation\": " + i.baseAllocation()
-                    + ", \"tls\": " + (client.tls() == null ? "null" : Json.string(client.tls())) + "}");
+                out.println(Json.line(new Described(uri, i.name(), i.description(), i.size(), i.flagNames(),
+                    i.transmissionFlags(), new BlockSize(i.minimumBlockSize(), i.preferredBlockSize(), i.maximumPayload()),
+                    i.structuredReplies(), i.baseAllocation(), client.tls())));
             } else {
                 out.println("export:       " + (i.name().isEmpty() ? "(default)" : i.name()));
                 if (!i.description().isEmpty()) out.println("description:  " + i.description());

@@ -1,5 +1,6 @@
 package io.jnbd.cli;
 
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import io.jnbd.client.ClientOptions;
 import io.jnbd.client.NbdClient;
 import io.jnbd.client.NbdUri;
@@ -10,7 +11,6 @@ import java.io.PrintWriter;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
 import picocli.CommandLine;
@@ -51,6 +51,9 @@ public final class PoolCommand implements Runnable {
         @picocli.CommandLine.Spec
         picocli.CommandLine.Model.CommandSpec spec;
 
+        /** What --json prints for a memory server that did not answer, in place of its status. */
+        record Unreachable(String address, String error) {}
+
         @Override
         public Integer call() throws Exception {
             PrintWriter out = spec.commandLine().getOut();
@@ -63,21 +66,21 @@ public final class PoolCommand implements Runnable {
                 out.flush();
                 return 0;
             }
-            List<String> docs = new ArrayList<>();
+            ArrayNode docs = Json.array();
             int failed = 0;
             for (String t : targets) {
                 NbdUri u = NbdUri.parse("nbd://" + t + "/status");
                 try {
                     byte[] doc = readDocument(u);
-                    if (json) docs.add(new String(doc, StandardCharsets.UTF_8).strip());
+                    if (json) docs.add(Json.parse(new String(doc, StandardCharsets.UTF_8).strip()));
                     else printServer(out, t, MemServerStatus.parse(doc));
                 } catch (IOException e) {
                     failed++;
-                    if (json) docs.add("{\"address\": " + Json.string(t) + ", \"error\": " + Json.string(e.getMessage()) + "}");
+                    if (json) docs.add(Json.tree(new Unreachable(t, e.getMessage())));
                     else out.println("memory server " + t + ": " + e.getMessage());
                 }
             }
-            if (json) out.println("[" + String.join(",\n", docs) + "]");
+            if (json) out.println(Json.indented(docs));
             out.flush();
             return failed == 0 ? 0 : 1;
         }

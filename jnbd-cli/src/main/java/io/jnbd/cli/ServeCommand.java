@@ -1,29 +1,16 @@
 package io.jnbd.cli;
 
-import io.jnbd.server.ConfigFile;
-import io.jnbd.server.Export;
-import io.jnbd.server.ExportSpec;
-import io.jnbd.server.Exports;
-import io.jnbd.server.MetricsEndpoint;
-import io.jnbd.server.NbdServer;
-import io.jnbd.server.ServerConfig;
-import io.jnbd.server.ServerTls;
-import io.jnbd.tls.TlsConfigException;
-import java.io.IOException;
-import java.io.PrintStream;
-import java.net.BindException;
+import java.io.PrintWriter;
 import java.net.InetSocketAddress;
-import java.net.SocketAddress;
-import java.net.UnixDomainSocketAddress;
-import java.nio.file.NoSuchFileException;
-import java.nio.file.AccessDeniedException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 @Command(name = "serve", mixinStandardHelpOptions = true, sortOptions = false,
     description = {
@@ -43,7 +30,8 @@ import picocli.CommandLine.Option;
         "  split=SIZE,chunk=SIZE,streams=N",
         "                     reads above split are read in chunks, streams at a",
         "                     time, each sent as soon as it is read (direct and",
-        "                     memory exports; defaults 1M, 512K, 4)",
+        "                     memory exports; defaults 1M, 512K, and 2 streams",
+        "                     for files, 4 for memory)",
         "  scheduler=none     requests go to disk as they arrive (default)",
         "  scheduler=sorted   each batch that arrived together is sorted by offset",
         "                     and adjacent reads or writes are merged",
@@ -75,7 +63,8 @@ import picocli.CommandLine.Option;
         "             --export scratch=memory:4G",
         "  jnbd serve --listen 0.0.0.0:10809 --unix /run/jnbd.sock \\",
         "             --export img=file:disk.img,size=20G,readonly",
-        "  jnbd serve --config /etc/jnbd.conf",
+        "  jnbd serve --config /etc/jnbd.toml",
+        "  jnbd serve --config /etc/jnbd.toml --check",
         "  jnbd serve --export disk=file:disk.img --metrics 127.0.0.1:9810",
         "  jnbd serve --export swap=pool:10.0.0.1:10810,10.0.0.2:10810,10.0.0.3:10810,size=8G",
         "  jnbd serve --tls require --tls-certificates /etc/pki/jnbd --tls-verify-peer \\",
@@ -90,8 +79,14 @@ import picocli.CommandLine.Option;
         "  nbdinfo 'nbds://alice@127.0.0.1:10809/scratch?tls-psk-file=/etc/jnbd/keys.psk'",
         "",
         "SIGINT or SIGTERM: stop accepting, finish the requests in flight, flush,",
-        "exit 0."})
+        "exit 0. SIGHUP: read the --config file again and apply its exports and",
+        "default export (listeners, TLS and the other settings take a restart);",
+        "a file with a mistake is refused whole and the exports stay as they were."})
 public final class ServeCommand implements Callable<Integer> {
+    // The option fields hold the command line as picocli parsed it, and are never read directly: ServeSettings
+    // reads them through picocli's model, merged with the config file, so that every option is also a key of
+    // the file and a reload can merge again. A new option needs its field here and, if its type is not check
+    // enough, one line in SettingChecks.
 
     @Option(names = "--listen", paramLabel = "HOST:PORT",
         description = "TCP address to listen on; repeatable (default 127.0.0.1:10809 unless only --unix is given)")
@@ -104,24 +99,33 @@ public final class ServeCommand implements Callable<Integer> {
     List<String> exports = new ArrayList<>();
 
     @Option(names = "--config", paramLabel = "FILE",
-        description = "read listeners and exports from FILE (lines 'listen = HOST:PORT', 'unix = PATH', "
-            + "'export NAME = SPEC', 'default-export = NAME', 'receive-timeout = SECONDS', 'backlog = N', "
-            + "'tls = off|on|require', 'tls-certificates = DIR', 'tls-verify-peer = true', 'tls-psk = FILE'; "
-            + "'#' starts a comment; the command line wins)")
+        description = "read the settings from FILE, TOML: every option below is a key, its long name without the "
+            + "dashes ('backlog = 4096', 'listen = [\"0.0.0.0:10809\"]'), and the exports a table "
+            + "('[export]' then 'disk = \"file:/var/lib/vm.img,mode=direct\"'); an option on the command line wins "
+            + "over the file (an --export over the file's export of that name). docs/server.md has a full example")
     Path config;
 
-    @Option(names = "--tls", paramLabel = "off|on|require",
+    @Option(names = "--check",
+        description = "check the settings (the command line over the --config file over the defaults), print them as "
+            + "a config file and exit: 0 when they are good, 2 with one line saying what is wrong; nothing is opened "
+            + "or bound")
+    boolean check;
+
+    @Spec
+    CommandSpec spec;
+
+    @Option(names = "--tls", paramLabel = "off|on|require", defaultValue = "off",
         description = "off: refuse STARTTLS; on: offer TLS, plain clients still served; require: every option "
-            + "before STARTTLS gets NBD_REP_ERR_TLS_REQD (default off)")
+            + "before STARTTLS gets NBD_REP_ERR_TLS_REQD (default ${DEFAULT-VALUE})")
     String tls;
 
     @Option(names = "--tls-certificates", paramLabel = "DIR",
         description = "X.509: DIR holds ca-cert.pem, server-cert.pem, server-key.pem and optionally ca-crl.pem")
     Path tlsCertificates;
 
-    @Option(names = "--tls-verify-peer", arity = "0..1", paramLabel = "true|false",
+    @Option(names = "--tls-verify-peer", arity = "0..1", paramLabel = "true|false", defaultValue = "false", fallbackValue = "true",
         description = "X.509: require a client certificate signed by ca-cert.pem")
-    Boolean tlsVerifyPeer;
+    boolean tlsVerifyPeer;
 
     @Option(names = "--tls-psk", paramLabel = "FILE",
         description = "PSK: FILE holds psktool's identity:hexkey lines; a client's identity is its user name (nbds://alice@...)")
@@ -140,11 +144,11 @@ public final class ServeCommand implements Callable<Integer> {
             + "cannot hold buffers from the others (default ${DEFAULT-VALUE})")
     int sendTimeout;
 
-    @Option(names = "--receive-timeout", paramLabel = "SECONDS",
+    @Option(names = "--receive-timeout", paramLabel = "SECONDS", defaultValue = "30",
         description = "drop a client that sent part of a request (a header, a write payload) and then nothing "
             + "for this long, giving back the buffers it holds; clients idle between requests stay "
-            + "(default 30)")
-    Integer receiveTimeout;
+            + "(default ${DEFAULT-VALUE})")
+    int receiveTimeout;
 
     @Option(names = "--backlog", paramLabel = "N",
         description = "connections the kernel queues before the server accepts them (default: the system's "
@@ -199,309 +203,68 @@ public final class ServeCommand implements Callable<Integer> {
         description = "directory of the embedded default export's default.img (default ./${DEFAULT-VALUE})")
     Path dataDir;
 
-    static int parseSendBuffer(String value) {
-        switch (value) {
-            case "auto" -> { return ServerConfig.SEND_BUFFER_AUTO; }
-            case "kernel" -> { return ServerConfig.SEND_BUFFER_KERNEL; }
-            default -> {
-                long bytes;
-                try {
-                    bytes = ExportSpec.parseSize(value);
-                } catch (IllegalArgumentException e) {
-                    throw new IllegalArgumentException("must be a size such as 256K, auto or kernel, not '" + value + "'");
-                }
-                if (bytes < 4096 || bytes > 64 << 20) {
-                    throw new IllegalArgumentException("must be between 4K and 64M, not " + value);
-                }
-                return (int) bytes;
-            }
-        }
-    }
-
     @Override
     public Integer call() throws Exception {
-        PrintStream err = System.err;
-        if (busyPollMicros < 0 || busyPollMicros > 10_000) {
-            err.println("jnbd serve: --busy-poll must be between 0 and 10000 microseconds, not " + busyPollMicros);
-            return 2;
-        }
-        int sendBufferBytes;
+        PrintWriter err = spec.commandLine().getErr();
+        ServeSettings settings;
         try {
-            sendBufferBytes = parseSendBuffer(sendBuffer);
-        } catch (IllegalArgumentException e) {
-            err.println("jnbd serve: --send-buffer " + e.getMessage());
+            settings = ServeSettings.resolve(spec, config);
+        } catch (ConfigException e) {
+            err.println(e.inFile() ? e.getMessage() : "jnbd serve: " + e.getMessage());
             return 2;
         }
-        List<ExportSpec> specs = new ArrayList<>();
-        List<String> tcp = new ArrayList<>(listen);
-        List<Path> unixPaths = new ArrayList<>(unix);
-        String defaultName = defaultExport;
-        Integer receiveSeconds = receiveTimeout, backlogSize = backlog;
-        TlsChoice tlsChoice;
-        InetSocketAddress metricsAddress;
-        try {
-            metricsAddress = metrics == null ? null : metricsAddress(metrics);
-            ServerTls.Mode tlsMode = tls == null ? null : mode(tls);
-            Path certificates = tlsCertificates, psk = tlsPsk;
-            Boolean verifyPeer = tlsVerifyPeer;
-            if (config != null) {
-                ConfigFile cf = ConfigFile.read(config);
-                specs.addAll(cf.exports());
-                tcp.addAll(cf.listen());
-                cf.unix().forEach(u -> unixPaths.add(Path.of(u)));
-                if (defaultName == null) defaultName = cf.defaultExport();
-                if (receiveSeconds == null) receiveSeconds = cf.receiveTimeout();
-                if (backlogSize == null) backlogSize = cf.backlog();
-                if (tlsMode == null) tlsMode = cf.tls();
-                if (certificates == null) certificates = cf.tlsCertificates();
-                if (psk == null) psk = cf.tlsPsk();
-                if (verifyPeer == null) verifyPeer = cf.tlsVerifyPeer();
-            }
-            tlsChoice = new TlsChoice(tlsMode == null ? ServerTls.Mode.OFF : tlsMode, certificates, psk,
-                verifyPeer != null && verifyPeer);
-            tlsChoice.check();
-            if (receiveSeconds != null && receiveSeconds <= 0) {
-                throw new IllegalArgumentException("--receive-timeout must be at least 1 second, not " + receiveSeconds);
-            }
-            if (backlogSize != null && backlogSize <= 0) {
-                throw new IllegalArgumentException("--backlog must be at least 1, not " + backlogSize);
-            }
-            for (String e : exports) specs.add(ExportSpec.parse(e));
-            if (specs.isEmpty()) {
-                specs.add(ExportSpec.parse("default", "file:" + dataDir.resolve("default.img").toAbsolutePath() + ",size=1G"));
-            }
-            if (tcp.isEmpty() && unixPaths.isEmpty()) tcp.add("127.0.0.1:" + io.jnbd.protocol.Nbd.DEFAULT_PORT);
-        } catch (IllegalArgumentException | NoSuchFileException e) {
-            err.println("jnbd serve: " + (e instanceof NoSuchFileException ? "no such config file " + e.getMessage() : e.getMessage()));
-            return 2;
-        }
-
-        List<SocketAddress> addresses = new ArrayList<>();
-        for (String t : tcp) {
+        if (check) {
             try {
-                addresses.add(parseHostPort(t));
-            } catch (IllegalArgumentException e) {
+                settings.tls().load(); // the files must be readable and fit together
+            } catch (io.jnbd.tls.TlsConfigException e) {
                 err.println("jnbd serve: " + e.getMessage());
                 return 2;
             }
+            spec.commandLine().getOut().print(settings.toToml());
+            spec.commandLine().getOut().flush();
+            return 0;
         }
-        unixPaths.forEach(p -> addresses.add(UnixDomainSocketAddress.of(p)));
-
-        if (tlsChoice.mode() == ServerTls.Mode.OFF) {
-            for (ExportSpec s : specs) {
-                if (s.access().namesIdentities()) {
-                    org.slf4j.LoggerFactory.getLogger(ServeCommand.class).warn("export '{}': allow={} names TLS identities, "
-                        + "and TLS is off (--tls): only its address entries can admit anyone", s.name(), s.access());
-                }
-            }
-        }
-        // Before any export is opened (a file export may create its file): a TLS setting that cannot work stops everything.
-        ServerTls serverTls;
+        Serving serving;
         try {
-            serverTls = tlsChoice.load();
-        } catch (TlsConfigException e) {
+            serving = Serving.open(spec, settings);
+            // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
+            installSignalHandlers(serving);
+            if (serving.listen()) {
+                spec.commandLine().getOut().print(serving.banner());
+                spec.commandLine().getOut().flush();
+            }
+        } catch (Serving.StartFailed e) {
             err.println("jnbd serve: " + e.getMessage());
-            return 2;
+            return e.exitCode();
         }
-        // Bound before any export is opened: a taken port stops the start as cleanly as a malformed one.
-        MetricsEndpoint endpoint = null;
-        if (metricsAddress != null) {
-            try {
-                endpoint = MetricsEndpoint.bind(metricsAddress);
-            } catch (IOException e) {
-                err.println("jnbd serve: --metrics: cannot listen on " + metrics + ": "
-                    + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
-                return 2;
-            }
-        }
-        try {
-            return serve(specs, defaultName, addresses, serverTls, tlsChoice, receiveSeconds, backlogSize, sendBufferBytes, endpoint);
-        } finally {
-            if (endpoint != null) endpoint.close();
-        }
-    }
-
-    /** Opens the exports and serves them until stopped; the exit status. */
-    private int serve(List<ExportSpec> specs, String defaultName, List<SocketAddress> addresses, ServerTls serverTls,
-                      TlsChoice tlsChoice, Integer receiveSeconds, Integer backlogSize, int sendBufferBytes,
-                      MetricsEndpoint endpoint) throws InterruptedException {
-        PrintStream err = System.err;
-
-        List<Export> opened = new ArrayList<>();
-        for (ExportSpec s : specs) {
-            try {
-                opened.add(s.openExport());
-            } catch (IOException e) {
-                opened.forEach(ServeCommand::closeQuietly);
-                err.println("jnbd serve: export '" + s.name() + "': cannot open " + s.target() + ": " + describe(e));
-                return 1;
-            }
-        }
-        // A backend with a state of its own (a pool) reports it as JSON in NAME/status.
-        for (Export e : List.copyOf(opened)) {
-            if (e.backend() instanceof io.jnbd.server.backend.StatusReporting r) {
-                var status = new io.jnbd.server.backend.DocumentBackend(256 * 1024, r::statusJson, "status of " + e.name());
-                opened.add(new Export(e.name() + "/status", "status of '" + e.name() + "' (JSON)", status,
-                    io.jnbd.server.ExportTuning.defaultsFor(status.traits()), e.access()));
-            }
-        }
-        Exports registry;
-        try {
-            registry = new Exports(opened, defaultName);
-        } catch (IllegalArgumentException e) {
-            opened.forEach(ServeCommand::closeQuietly);
-            err.println("jnbd serve: " + e.getMessage());
-            return 2;
-        }
-        if (maxConnections < 1 || operatorSlots < 0) {
-            opened.forEach(ServeCommand::closeQuietly);
-            err.println("jnbd serve: " + (maxConnections < 1 ? "--max-connections must be at least 1, not " + maxConnections
-                : "--operator-slots must be 0 or more, not " + operatorSlots));
-            return 2;
-        }
-        warnIfTooFewDescriptors(maxConnections + operatorSlots);
-        ServerConfig cfg = ServerConfig.defaults()
-            .withHandshakeTimeout(Duration.ofSeconds(handshakeTimeout))
-            .withRequestsInFlight(requestsInFlight)
-            .withSendTimeout(Duration.ofSeconds(sendTimeout))
-            .withIoThreads(ioThreads)
-            .withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L))
-            .withSendBuffer(sendBufferBytes)
-            .withBufferBudget(ExportSpec.parseSize(bufferMemory))
-            .withReceiveTimeout(receiveSeconds != null ? Duration.ofSeconds(receiveSeconds) : ServerConfig.DEFAULT_RECEIVE_TIMEOUT)
-            .withBacklog(backlogSize != null ? backlogSize : 0)
-            .withMaxConnections(maxConnections)
-            .withOperatorSlots(operatorSlots);
-        if (serverTls.mode() != ServerTls.Mode.OFF) {
-            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("TLS {}: {}",
-                serverTls.mode() == ServerTls.Mode.REQUIRE ? "required" : "offered", serverTls.context().describe());
-        }
-        NbdServer server = new NbdServer(registry, cfg, serverTls);
-        if (endpoint != null) endpoint.expose(server);
-        // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
-        installSignalHandlers(server);
-        List<SocketAddress> bound = new ArrayList<>();
-        for (SocketAddress a : addresses) {
-            try {
-                bound.add(server.listen(a));
-            } catch (IOException e) {
-                if (server.isStopping()) {
-                    server.awaitStop();
-                    return 0;
-                }
-                err.println("jnbd serve: cannot listen on " + NbdServer.describe(a) + ": "
-                    + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
-                server.stop(Duration.ZERO);
-                return 1;
-            }
-        }
-        if (statsInterval > 0) server.reportStatsEvery(Duration.ofSeconds(statsInterval));
-        printBanner(registry, bound, tlsChoice);
-        server.awaitStop();
+        serving.server().awaitStop();
+        serving.closeMetrics();
         return 0;
     }
 
-    private static void closeQuietly(Export e) {
-        try {
-            e.backend().close();
-        } catch (IOException ignored) {
-            // start-up already failed; the first error is the one to report
-        }
-    }
-
-    private static String describe(IOException e) {
-        if (e instanceof NoSuchFileException n) return n.getReason() != null ? n.getReason() : "no such file";
-        if (e instanceof AccessDeniedException) return "permission denied";
-        return e.getMessage() != null ? e.getMessage() : e.toString();
-    }
-
-    /** --metrics HOST:PORT; the message is meant for the user. */
-    private static InetSocketAddress metricsAddress(String value) {
-        try {
-            InetSocketAddress a = parseHostPort(value);
-            if (a.isUnresolved()) throw new IllegalArgumentException("unknown host '" + a.getHostString() + "'");
-            return a;
-        } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--metrics " + e.getMessage());
-        }
-    }
-
+    /** For memserver, which takes the same HOST:PORT. */
     static InetSocketAddress parseHostPort(String s) {
-        int colon = s.lastIndexOf(':');
-        if (colon < 0) throw new IllegalArgumentException("'" + s + "' is not HOST:PORT");
-        String host = s.substring(0, colon);
-        if (host.startsWith("[") && host.endsWith("]")) host = host.substring(1, host.length() - 1);
-        int port;
-        try {
-            port = Integer.parseInt(s.substring(colon + 1));
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException("'" + s + "' has no valid port");
-        }
-        if (port < 0 || port > 65535) throw new IllegalArgumentException("port " + port + " is out of range");
-        return new InetSocketAddress(host.isEmpty() ? "0.0.0.0" : host, port);
+        return SettingChecks.parseHostPort(s);
     }
 
-    /** SIGINT and SIGTERM mean a clean stop with exit status 0, not the JVM's 130/143. */
-    @SuppressWarnings("restriction")
     /**
-     * Each client needs a file descriptor: with fewer than the limit asks for, accept fails once they run out
-     * and clients wait in the kernel's queue instead of being told why. The JVM raises its soft limit to the
-     * hard one at start, so what /proc shows now is all there is.
+     * SIGINT and SIGTERM mean a clean stop with exit status 0, not the JVM's 130/143; SIGHUP a reload instead of
+     * the JVM's exit. sun.misc.Signal is in the exported jdk.unsupported module: no --add-exports needed.
      */
-    private void warnIfTooFewDescriptors(int connections) {
-        try {
-            for (String line : java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/self/limits"))) {
-                if (!line.startsWith("Max open files")) continue;
-                String soft = line.substring("Max open files".length()).strip().split("\\s+")[0];
-                if (soft.equals("unlimited")) return;
-                long limit = Long.parseLong(soft);
-                if (limit < connections + 256L) {
-                    org.slf4j.LoggerFactory.getLogger(ServeCommand.class).warn(
-                        "only {} file descriptors (ulimit -n): at most about {} clients can connect, not {}; "
-                            + "raise the limit or lower --max-connections", limit, Math.max(0, limit - 256), connections);
-                }
-                return;
-            }
-        } catch (java.io.IOException | RuntimeException e) {
-            // not Linux, or no /proc: nothing to check against
-        }
-    }
-
-    private static void installSignalHandlers(NbdServer server) {
+    @SuppressWarnings("restriction")
+    private static void installSignalHandlers(Serving serving) {
         for (String name : List.of("INT", "TERM")) {
             try {
                 sun.misc.Signal.handle(new sun.misc.Signal(name), sig ->
-                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> server.stop(Duration.ofSeconds(30))));
+                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> serving.server().stop(Duration.ofSeconds(30))));
             } catch (IllegalArgumentException e) {
                 // signal not available on this platform: the JVM's default handling applies
             }
         }
-    }
-
-    /** Printed in one write, so that a script watching the output never sees half of it. */
-    private static void printBanner(Exports registry, List<SocketAddress> bound, TlsChoice tls) {
-        StringBuilder out = new StringBuilder();
-        out.append("jnbd: serving ").append(registry.all().size()).append(" export(s); press Ctrl-C to stop\n");
-        for (Export e : registry.all()) {
-            out.append(String.format("  %-12s %s, %d bytes%s%s%s%n", e.name(), e.backend().describe(), e.backend().size(),
-                e.name().equals(registry.defaultName()) ? " (default)" : "",
-                e.access() == io.jnbd.server.AllowList.ANYONE ? "" : ", allow " + e.access(),
-                e.description().isEmpty() ? "" : " - " + e.description()));
-        }
-        out.append("Connect with:\n");
-        for (SocketAddress a : bound) {
-            for (String line : tls.connectLines(a, registry.defaultName())) out.append("  ").append(line).append('\n');
-        }
-        System.out.print(out);
-        System.out.flush();
-    }
-
-    /** off, on or require; the message is meant for the user. */
-    private static ServerTls.Mode mode(String text) {
         try {
-            return ServerTls.parseMode(text);
+            sun.misc.Signal.handle(new sun.misc.Signal("HUP"), sig -> Thread.ofPlatform().name("jnbd-reload").start(serving::reload));
         } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--tls " + e.getMessage());
+            // no SIGHUP here: no reload by signal
         }
     }
 

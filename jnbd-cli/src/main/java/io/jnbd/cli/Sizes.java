@@ -19,9 +19,4 @@ final class Sizes {
         return whole == 0 ? "100%" : String.format(java.util.Locale.ROOT, "%.1f%%", 100.0 * part / whole);
     }
 
-    /** True when stderr is a terminal: progress is drawn only then. Java 22+ has a Console even when redirected. */
-    static boolean onTerminal() {
-        java.io.Console c = System.console();
-        return c != null && c.isTerminal();
-    }
 }

@@ -41,7 +41,7 @@ class CliInteropTest {
         assertThat(help.output()).contains(
             "--listen", "--unix", "--export", "--config", "--default-export", "--stats-interval",
             "--send-timeout", "--busy-poll", "--send-buffer", "--io-threads", "--requests-in-flight", "--buffer-memory",
-            "--max-connections", "--operator-slots", "--metrics",
+            "--max-connections", "--operator-slots", "--check", "--metrics",
             "file:", "memory:", "size=", "readonly", "mode=", "cached", "direct", "description=");
     }
 

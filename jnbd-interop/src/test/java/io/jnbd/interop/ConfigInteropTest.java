@@ -29,14 +29,17 @@ class ConfigInteropTest {
         Interop.requireCommands("nbdinfo", "qemu-io");
         int port = Interop.freePort();
         socket = dir.resolve("cfg.sock");
-        Path config = dir.resolve("jnbd.conf");
+        Path config = dir.resolve("jnbd.toml");
         Files.writeString(config, String.join("\n",
             "# interop test configuration",
-            "listen = 127.0.0.1:" + port,
-            "unix = " + socket,
-            "default-export = scratch",
-            "export disk = file:" + dir.resolve("disk.img") + ",size=16M",
-            "export scratch = memory:8M,description=Scratch space, for tests",
+            "listen = [\"127.0.0.1:" + port + "\"]",
+            "unix = [\"" + socket + "\"]",
+            "default-export = \"scratch\"",
+            "[export]",
+            "disk = \"file:" + dir.resolve("disk.img") + ",size=16M\"",
+            "[export.scratch]",
+            "memory = \"8M\"",
+            "description = \"Scratch space, for tests\"",
             ""));
         server = JnbdServer.start(dir, port,
             List.of(Interop.jnbd().toString(), "serve", "--config", config.toString(), "--stats-interval", "1"));

@@ -203,6 +203,11 @@ final class JnbdServer implements AutoCloseable {
         return suspended;
     }
 
+    /** SIGHUP: jnbd serve reads its --config file again. */
+    void hangUp() {
+        signal("HUP");
+    }
+
     private void signal(String name) {
         Interop.run(Duration.ofSeconds(10), workDir, "kill", "-" + name, Long.toString(process.pid())).assertSuccess();
     }

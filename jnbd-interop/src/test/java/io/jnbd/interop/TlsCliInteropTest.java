@@ -63,7 +63,7 @@ class TlsCliInteropTest {
 
     @Test
     void anUnknownTlsMode() {
-        refused(serve("--tls", "maybe"), "--tls must be off, on or require");
+        refused(serve("--tls", "maybe"), "--tls: expected off, on or require, got \"maybe\"");
     }
 
     @Test
@@ -105,8 +105,8 @@ class TlsCliInteropTest {
 
     @Test
     void theConfigFileRequiresTlsWithoutFiles() throws Exception {
-        Path conf = dir.resolve("jnbd.conf");
-        Files.writeString(conf, "tls = require\n");
+        Path conf = dir.resolve("jnbd.toml");
+        Files.writeString(conf, "tls = \"require\"\n");
         refused(serve("--config", conf.toString()), "--tls require needs");
     }
 
@@ -115,8 +115,8 @@ class TlsCliInteropTest {
         Interop.requireCommands("nbdinfo");
         Path keys = dir.resolve("keys.psk");
         TestPki.writePsk(keys, "alice");
-        Path conf = dir.resolve("jnbd.conf");
-        Files.writeString(conf, String.join("\n", "tls = require", "tls-psk = " + keys, "export m = memory:8M", ""));
+        Path conf = dir.resolve("jnbd.toml");
+        Files.writeString(conf, String.join("\n", "tls = \"require\"", "tls-psk = \"" + keys + "\"", "[export]", "m = \"memory:8M\"", ""));
         try (JnbdServer server = JnbdServer.start(dir.resolve("from-file"), "--config", conf.toString())) {
             Interop.run(T, dir, "nbdinfo", "--size", TlsFiles.pskUri(server.port(), "m", "alice", keys)).assertSuccess();
             assertThat(Interop.run(T, dir, "nbdinfo", "--size", server.uri("m")).exitCode()).as("plain text is refused").isNotZero();

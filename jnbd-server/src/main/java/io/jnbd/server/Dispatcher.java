@@ -144,7 +144,7 @@ final class Dispatcher implements DataPath.ReplySink {
                     inline.add(() -> serveAsync(op, members));
                     continue;
                 }
-                if (r.type() == Nbd.CMD_WRITE && path.pageCache() && !op.fua() && op.length() <= INLINE_WRITE_MAX) {
+                if (r.type() == Nbd.CMD_WRITE && path.writeOnReader() && !op.fua() && op.length() <= INLINE_WRITE_MAX) {
                     // A write into the page cache is quicker done here than handed to an I/O thread and back
                     // to the writer: two wake-ups fewer per request, and one writer per connection keeps
                     // threads from spinning on the file's inode lock. bench/ab, 1M writes at QD8 (22 Nov,

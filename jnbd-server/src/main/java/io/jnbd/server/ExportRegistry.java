@@ -28,8 +28,16 @@ public interface ExportRegistry {
         return listed();
     }
 
-    /** Every export open now, for the server to flush and close when it stops. */
+    /** Every export open now. */
     Collection<Export> all();
+
+    /**
+     * The server is stopping and its connections are over: every export still open, for the server to flush and
+     * close. A registry that closes exports itself (one a reload replaced) closes none from now on.
+     */
+    default Collection<Export> stop() {
+        return all();
+    }
 
     /** A connection from {@code peer} has entered the transmission phase on {@code export}. */
     default void attached(Export export, String peer) {}

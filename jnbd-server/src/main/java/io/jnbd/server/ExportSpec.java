@@ -15,8 +15,8 @@ import java.util.Map;
 /**
  * One export as the user writes it: {@code NAME=KIND:TARGET[,option...]}, e.g. {@code disk=file:/var/lib/vm.img,mode=direct}
  * or {@code scratch=memory:4G}. The options every export takes are {@code readonly}, {@code split=SIZE},
- * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}, {@code allow=ENTRY;ENTRY...} (see
- * {@link AllowList}; repeatable) and {@code description=TEXT}, which runs to the end of the spec and so may contain
+ * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}, {@code allow=ENTRY;ENTRY...} and
+ * {@code readonly-for=ENTRY;ENTRY...} (see {@link AllowList}; repeatable) and {@code description=TEXT}, which runs to the end of the spec and so may contain
  * commas; every other option belongs to the kind, whose {@link BackendFactory} checks it.
  */
 public record ExportSpec(String name, String kind, String target, BackendOptions options, boolean readOnly,
@@ -33,25 +33,27 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
     }
 
     public static ExportSpec parse(String name, String spec) {
+        return named(name, () -> parseSpec(name, spec));
+    }
+
+    /** Makes the spec of export {@code name}; a message about it starts by naming it. */
+    private static ExportSpec named(String name, java.util.function.Supplier<ExportSpec> make) {
         if (name.isEmpty() || name.getBytes(java.nio.charset.StandardCharsets.UTF_8).length > 4096) {
             throw new IllegalArgumentException("export name must be 1 to 4096 bytes");
         }
         String where = "export '" + name + "': ";
         try {
-            return parse(name, spec, where);
+            return make.get();
         } catch (IllegalArgumentException e) {
             throw e.getMessage().startsWith(where) ? e : new IllegalArgumentException(where + e.getMessage());
         }
     }
 
-    private static ExportSpec parse(String name, String spec, String where) {
+    private static ExportSpec parseSpec(String name, String spec) {
         int colon = spec.indexOf(':');
         if (colon <= 0) throw new IllegalArgumentException("'" + spec + "' does not start with " + BackendFactories.kindList());
         String kind = spec.substring(0, colon).toLowerCase(Locale.ROOT);
-        BackendFactory factory = BackendFactories.of(kind);
-        if (factory == null) {
-            throw new IllegalArgumentException("unknown backend '" + kind + "' (use " + BackendFactories.kindList() + ")");
-        }
+        BackendFactory factory = factory(kind);
         String rest = spec.substring(colon + 1);
         String description = "";
         int d = rest.indexOf(",description=");
@@ -61,34 +63,114 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         }
         String[] parts = rest.split(",", -1);
         String target = parts[0];
-        Map<String, String> general = new LinkedHashMap<>(), own = new LinkedHashMap<>();
-        List<String> allow = new ArrayList<>();
+        List<Map.Entry<String, String>> options = new ArrayList<>();
+        boolean ownSeen = false;
         for (int i = 1; i < parts.length; i++) {
             String opt = parts[i];
             int e = opt.indexOf('=');
             String key = e < 0 ? opt : opt.substring(0, e);
             String value = e < 0 ? null : opt.substring(e + 1);
-            switch (key) {
-                case "readonly", "ro", "split", "chunk", "streams", "scheduler" -> general.put(key, value);
-                case "allow" -> allow.add(value);
-                default -> {
-                    if (value == null && own.isEmpty() && factory.continuesTarget(key)) {
-                        target += "," + key;
-                        continue;
-                    }
-                    if (!factory.options().contains(key)) {
-                        throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export");
-                    }
-                    own.put(key, value);
-                }
+            if (value == null && !ownSeen && !GENERAL.contains(key) && factory.continuesTarget(key)) {
+                target += "," + key;
+                continue;
             }
+            ownSeen |= !GENERAL.contains(key);
+            options.add(new java.util.AbstractMap.SimpleImmutableEntry<>(key, value));
         }
-        BackendOptions options = new BackendOptions(own);
-        factory.check(target, options);
-        boolean readOnly = readOnly(general);
-        return new ExportSpec(name, kind, target, options, readOnly, description,
-            tuning(new BackendOptions(general), factory.traits(target, options)), AllowList.parse(allow));
+        return build(name, kind, factory, target, options, description);
     }
+
+    /**
+     * An export given in parts, as a config file's table gives it: {@code options} are {@code key=value} pairs (a
+     * null value: the bare key, such as {@code readonly}), {@code allow} may come more than once. The target and
+     * description are taken whole, commas and all.
+     */
+    public static ExportSpec of(String name, String kind, String target, List<Map.Entry<String, String>> options,
+                                String description) {
+        String k = kind.toLowerCase(Locale.ROOT);
+        return named(name, () -> build(name, k, factory(k), target, options, description));
+    }
+
+    /** The options every kind of export takes; the others belong to the kind. */
+    private static final java.util.Set<String> GENERAL = java.util.Set.of("readonly", "ro", "split", "chunk", "streams", "scheduler", "allow",
+        "readonly-for");
+
+    private static BackendFactory factory(String kind) {
+        BackendFactory factory = BackendFactories.of(kind);
+        if (factory == null) {
+            throw new IllegalArgumentException("unknown backend '" + kind + "' (use " + BackendFactories.kindList() + ")");
+        }
+        return factory;
+    }
+
+    private static ExportSpec build(String name, String kind, BackendFactory factory, String target,
+                                    List<Map.Entry<String, String>> options, String description) {
+        Map<String, String> general = new LinkedHashMap<>(), own = new LinkedHashMap<>();
+        List<String> allow = new ArrayList<>(), readOnlyFor = new ArrayList<>();
+        for (Map.Entry<String, String> o : options) {
+            String key = o.getKey(), value = o.getValue();
+            if (key.equals("allow")) allow.add(value);
+            else if (key.equals("readonly-for")) readOnlyFor.add(value);
+            else if (GENERAL.contains(key)) general.put(key, value);
+            else if (!factory.options().contains(key)) {
+                throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export");
+            } else own.put(key, value);
+        }
+        BackendOptions backendOptions = new BackendOptions(own);
+        factory.check(target, backendOptions);
+        return new ExportSpec(name, kind, target, backendOptions, readOnly(general), description,
+            tuning(new BackendOptions(general), factory.traits(target, backendOptions)), AllowList.parse(allow, readOnlyFor));
+    }
+
+    /**
+     * Whether {@code other} opens the same backend: same kind, target, kind options and read-only flag. The rest
+     * (description, tuning, who may connect) belongs to the export, so a reload that changes only that keeps
+     * the open backend, and a memory export its data.
+     */
+    public boolean sameBackend(ExportSpec other) {
+        return kind.equals(other.kind) && target.equals(other.target) && options.asMap().equals(other.options.asMap())
+            && readOnly == other.readOnly;
+    }
+
+    /**
+     * This spec as {@code --export} takes it after {@code NAME=}: {@code parse(name, text())} gives it back unless a
+     * target or an option holds a comma (then only {@link #of} with {@link #parts()} does).
+     */
+    public String text() {
+        StringBuilder b = new StringBuilder(kind).append(':').append(target);
+        for (var p : parts()) b.append(',').append(p.getKey()).append(p.getValue() == null ? "" : "=" + p.getValue());
+        if (!description.isEmpty()) b.append(",description=").append(description);
+        return b.toString();
+    }
+
+    /**
+     * The options of this spec, a bare key's value null: the kind's, then readonly, tuning where it differs from
+     * the kind's defaults, allow and readonly-for.
+     */
+    public List<Map.Entry<String, String>> parts() {
+        List<Map.Entry<String, String>> out = new ArrayList<>();
+        options.asMap().forEach((k, v) -> out.add(new java.util.AbstractMap.SimpleImmutableEntry<>(k, v)));
+        if (readOnly) out.add(new java.util.AbstractMap.SimpleImmutableEntry<>("readonly", null));
+        ExportTuning defaults = ExportTuning.defaultsFor(BackendFactories.of(kind).traits(target, options));
+        if (tuning.splitThreshold() != defaults.splitThreshold()) out.add(Map.entry("split", size(tuning.splitThreshold())));
+        if (tuning.chunkSize() != defaults.chunkSize()) out.add(Map.entry("chunk", size(tuning.chunkSize())));
+        if (tuning.streams() != defaults.streams()) out.add(Map.entry("streams", Integer.toString(tuning.streams())));
+        if (tuning.scheduler() != defaults.scheduler()) out.add(Map.entry("scheduler", tuning.scheduler().name().toLowerCase(Locale.ROOT)));
+        if (access.allowText() != null) out.add(Map.entry("allow", access.allowText()));
+        if (access.readOnlyText() != null) out.add(Map.entry("readonly-for", access.readOnlyText()));
+        return out;
+    }
+
+    /** {@code bytes} in the largest of K, M, G, T that divides it. */
+    private static String size(long bytes) {
+        String units = "KMGT";
+        for (int i = units.length(); i > 0; i--) {
+            long unit = 1L << (10 * i);
+            if (bytes % unit == 0) return bytes / unit + units.substring(i - 1, i);
+        }
+        return Long.toString(bytes);
+    }
+
 
     private static boolean readOnly(Map<String, String> general) {
         for (String key : new String[] {"readonly", "ro"}) {

@@ -35,7 +35,7 @@ public final class Exports implements ExportRegistry {
         Export e = find(name);
         if (e != null && !e.access().allows(client)) {
             // Without TLS a client has no identity: if the list names some, TLS may be what it lacks.
-            boolean tlsMayAdmit = client.identities().isEmpty() && e.access().namesIdentities();
+            boolean tlsMayAdmit = client.identities().isEmpty() && e.access().admitsIdentities();
             throw new Refused("export '" + e.name() + "' is not open to this client" + (tlsMayAdmit ? " without TLS" : ""), tlsMayAdmit);
         }
         return e;

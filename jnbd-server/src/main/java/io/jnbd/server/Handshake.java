@@ -326,7 +326,12 @@ final class Handshake {
 
     private Session session(Export export, boolean blockSizeAgreed) {
         int ctx = structured && export.name().equals(metaContextExport) ? metaContextId : 0;
-        return new Session(export, structured, ctx, export.transmissionFlags(structured), blockSizeAgreed);
+        int flags = export.transmissionFlags(structured);
+        if (export.access().readOnlyFor(client)) {
+            // Only the commands that change data go; FLUSH and FUA are harmless on a disk the client cannot write.
+            flags = (flags | Nbd.FLAG_READ_ONLY) & ~(Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES | Nbd.FLAG_SEND_FAST_ZERO);
+        }
+        return new Session(export, structured, ctx, flags, blockSizeAgreed);
     }
 
     private void reply(int option, int type) throws IOException {

@@ -439,7 +439,7 @@ public final class NbdServer implements AutoCloseable {
             log.warn("{}: still busy after {}s, closing", c.peer(), grace.toSeconds());
             c.abort();
         }
-        for (Export e : exports.all()) {
+        for (Export e : exports.stop()) {
             try {
                 e.backend().flush();
                 e.backend().close();

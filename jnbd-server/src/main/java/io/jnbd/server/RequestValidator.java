@@ -42,7 +42,7 @@ final class RequestValidator {
         if ((r.flags() & ~(allowedFlags | Nbd.CMD_FLAG_FUA)) != 0) return Nbd.EINVAL;
 
         boolean writes = r.type() == Nbd.CMD_WRITE || r.type() == Nbd.CMD_TRIM || r.type() == Nbd.CMD_WRITE_ZEROES;
-        if (writes && !backend.can(Capability.WRITE)) return Nbd.EPERM;
+        if (writes && (session.readOnly() || !backend.can(Capability.WRITE))) return Nbd.EPERM;
         switch (r.type()) {
             case Nbd.CMD_TRIM -> { if (!backend.can(Capability.TRIM)) return Nbd.EINVAL; }
             case Nbd.CMD_WRITE_ZEROES -> { if (!backend.can(Capability.ZERO)) return Nbd.EINVAL; }

@@ -12,4 +12,9 @@ public record Session(Export export, boolean structuredReplies, int metaContextI
     public boolean blockStatusAllowed() {
         return metaContextId != 0;
     }
+
+    /** The client was sent NBD_FLAG_READ_ONLY: the export is read-only, or is for this client (readonly-for=). */
+    public boolean readOnly() {
+        return (transmissionFlags & io.jnbd.protocol.Nbd.FLAG_READ_ONLY) != 0;
+    }
 }

@@ -142,4 +142,41 @@ class AccessControlTest {
             assertThat(listed(c)).containsExactly("alice");
         }
     }
+
+    @Test
+    void readonlyForAnIdentityOrAddressSendsReadOnlyAndRefusesItsWrites() throws Exception {
+        SocketAddress address = start(new ServerTls(ServerTls.Mode.ON, new NullTls()), new InetSocketAddress("127.0.0.1", 0),
+            "disk=memory:1M,readonly-for=bob;10.0.0.0/8", "lab=memory:1M,readonly-for=127.0.0.1");
+        try (RawClient alice = greeted(address)) {
+            StartTlsTest.startTls(alice, "alice");
+            alice.negotiateAfterGreeting("disk", false);
+            assertThat(alice.transmissionFlags & Nbd.FLAG_READ_ONLY).as("alice may write").isZero();
+            assertThat(alice.write(0, new byte[] {1, 2, 3, 4}, 0)).isZero();
+            alice.disconnect();
+        }
+        try (RawClient bob = greeted(address)) {
+            StartTlsTest.startTls(bob, "bob");
+            assertThat(listed(bob)).as("read-only is not hidden").containsExactly("disk", "lab");
+            bob.negotiateAfterGreeting("disk", false);
+            assertThat(bob.transmissionFlags & Nbd.FLAG_READ_ONLY).isNotZero();
+            assertThat(bob.transmissionFlags & (Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES)).isZero();
+            assertThat(bob.write(0, new byte[4096], 0)).isEqualTo(Nbd.EPERM);
+            assertThat(bob.write(0, new byte[4096], Nbd.CMD_FLAG_FUA)).isEqualTo(Nbd.EPERM);
+            assertThat(bob.command(Nbd.CMD_TRIM, 0, 0, 4096)).isEqualTo(Nbd.EPERM);
+            assertThat(bob.command(Nbd.CMD_WRITE_ZEROES, 0, 0, 4096)).isEqualTo(Nbd.EPERM);
+            bob.disconnect();
+        }
+        try (RawClient alice = greeted(address)) {
+            StartTlsTest.startTls(alice, "alice");
+            alice.negotiateAfterGreeting("disk", false);
+            assertThat(alice.read(0, 4)).as("bob's writes changed nothing").containsExactly(1, 2, 3, 4);
+            alice.disconnect();
+        }
+        try (RawClient local = greeted(address)) {
+            local.negotiateAfterGreeting("lab", false);
+            assertThat(local.transmissionFlags & Nbd.FLAG_READ_ONLY).as("matched by address, no TLS").isNotZero();
+            assertThat(local.write(0, new byte[512], 0)).isEqualTo(Nbd.EPERM);
+            local.disconnect();
+        }
+    }
 }

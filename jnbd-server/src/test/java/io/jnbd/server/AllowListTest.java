@@ -78,4 +78,24 @@ class AllowListTest {
         assertThatThrownBy(() -> AllowList.parse(java.util.Collections.singletonList(null))).hasMessageContaining("at least one");
         assertThatThrownBy(() -> allow("CN=bob")).hasMessageContaining("alone (bob)");
     }
+
+    @Test
+    void readonlyForLimitsWhomItMatchesAndAdmitsEveryoneWithoutAllow() {
+        AllowList a = AllowList.parse(List.of(), List.of("bob;10.0.0.0/8"));
+        assertThat(a.allows(at("192.0.2.1"))).as("no allow=: everyone may open it").isTrue();
+        assertThat(a.readOnlyFor(at("10.1.2.3"))).isTrue();
+        assertThat(a.readOnlyFor(at(null, "bob"))).isTrue();
+        assertThat(a.readOnlyFor(at("192.0.2.1", "alice"))).isFalse();
+        assertThat(a.admitsIdentities()).as("bob is limited, not admitted: a refused client gains nothing by TLS").isFalse();
+        assertThat(a).hasToString("anyone (read-only for bob;10.0.0.0/8)");
+
+        AllowList both = AllowList.parse(List.of("alice;bob"), List.of("bob"));
+        assertThat(both.allows(at(null, "carol"))).isFalse();
+        assertThat(both.readOnlyFor(at(null, "alice"))).isFalse();
+        assertThat(both.readOnlyFor(at(null, "bob"))).isTrue();
+        assertThat(AllowList.ANYONE.readOnlyFor(at("127.0.0.1", "bob"))).isFalse();
+
+        assertThatThrownBy(() -> AllowList.parse(List.of(), List.of("10.0.0/8"))).hasMessageContaining("readonly-for entry '10.0.0/8'");
+        assertThatThrownBy(() -> AllowList.parse(List.of(), List.of(""))).hasMessageContaining("readonly-for= needs");
+    }
 }

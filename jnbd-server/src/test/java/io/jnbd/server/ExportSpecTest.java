@@ -10,6 +10,7 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -231,5 +232,39 @@ class ExportSpecTest {
             assertThat(b.blockSizes().minimum()).isEqualTo(512);
             assertThat(b.blockSizes().preferred()).isGreaterThanOrEqualTo(4096);
         }
+    }
+
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+        "file:/var/lib/vm.img",
+        "file:/var/lib/vm.img,size=2G,mode=direct,readonly,split=2M,chunk=256K,streams=8,scheduler=sorted",
+        "memory:4G,allow=alice;10.0.0.0/8,description=a, b",
+        "memory:4G,allow=alice;bob,readonly-for=bob;10.0.0.0/8",
+        "memory:1M,readonly-for=192.0.2.0/24",
+        "pattern:1M,byte=7,streams=2"})
+    void aSpecWrittenOutReadsBackTheSame(String spec) {
+        ExportSpec s = ExportSpec.parse("x", spec);
+        assertThat(s.text()).isEqualTo(spec);
+        assertThat(ExportSpec.parse("x", s.text())).isEqualTo(s);
+    }
+
+    @Test
+    void theSameBackendIsKindTargetOptionsAndReadOnly() {
+        ExportSpec s = ExportSpec.parse("d=file:/x,size=1G");
+        assertThat(s.sameBackend(ExportSpec.parse("d=file:/x,size=1G,streams=8,allow=alice,description=d"))).isTrue();
+        assertThat(s.sameBackend(ExportSpec.parse("d=file:/x,size=2G"))).isFalse();
+        assertThat(s.sameBackend(ExportSpec.parse("d=file:/x,size=1G,readonly"))).isFalse();
+        assertThat(s.sameBackend(ExportSpec.parse("d=file:/y,size=1G"))).isFalse();
+    }
+
+    @Test
+    void aSpecInPartsKeepsCommasInItsTarget() {
+        ExportSpec s = ExportSpec.of("d", "file", "/srv/a,b.img", List.of(java.util.Map.entry("mode", "direct"),
+            new java.util.AbstractMap.SimpleEntry<>("readonly", null)), "x, y");
+        assertThat(s.target()).isEqualTo("/srv/a,b.img");
+        assertThat(s.readOnly()).isTrue();
+        assertThat(s.description()).isEqualTo("x, y");
+        assertThatThrownBy(() -> ExportSpec.of("d", "file", "/x", List.of(java.util.Map.entry("colour", "red")), ""))
+            .hasMessage("export 'd': unknown option 'colour' for a file: export");
     }
 }

@@ -9,8 +9,6 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Function;
 
@@ -22,14 +20,12 @@ import java.util.function.Function;
  * read and written outside it. Records leave in the order the engine made them because whoever takes them out
  * ({@link #drain}) holds {@code sendLock} until they are written. The engine queues the reply to a KeyUpdate
  * until the next application data, as RFC 8446 4.6.3 allows, so reading never has to send one; what reading does
- * queue (the answer to close_notify, a fatal alert) goes out on a virtual thread, never from the reader itself,
- * which could wait there behind a writer that waits for the peer.
+ * queue (the answer to close_notify, a fatal alert) goes out through {@link LockedSecureChannel#startFlush}.
  */
-final class BcSecureChannel implements SecureChannel {
+final class BcSecureChannel extends LockedSecureChannel {
     private static final Logger log = LoggerFactory.getLogger(BcSecureChannel.class);
     /** Plaintext gathered per call into the engine: four records, one RawChannel.write. */
     private static final int STAGE = 4 << 14;
-    private static final long CLOSE_WAIT_MS = 1000;
 
     private final TlsProtocol protocol;
     private final RawChannel raw;
@@ -41,15 +37,9 @@ final class BcSecureChannel implements SecureChannel {
     private boolean inboundDone;                                     // reader
     private volatile int buffered;
 
-    private final ReentrantLock sendLock = new ReentrantLock();
     private final byte[] stage = new byte[STAGE];                    // under sendLock
     private final byte[] out = new byte[STAGE + 4096];               // under sendLock
     private final ByteBuffer outBuf = ByteBuffer.wrap(out);
-    private final AtomicBoolean flushStarted = new AtomicBoolean();
-    private final AtomicBoolean closed = new AtomicBoolean();
-
-    private List<String> peerIdentities = List.of();
-    private String description = "";
 
     private BcSecureChannel(TlsProtocol protocol, RawChannel raw, Function<Throwable, String> explain) {
         this.protocol = protocol;
@@ -73,12 +63,6 @@ final class BcSecureChannel implements SecureChannel {
             throw e instanceof TlsException t && why.equals(t.getMessage()) ? t : new TlsException(why, e);
         }
         return c;
-    }
-
-    /** Set once the handshake is done, by the peer that knows them. */
-    void established(String description, List<String> peerIdentities) {
-        this.description = description;
-        this.peerIdentities = List.copyOf(peerIdentities);
     }
 
     private void runHandshake(boolean server, ByteBuffer received) throws IOException {
@@ -207,20 +191,9 @@ final class BcSecureChannel implements SecureChannel {
         }
     }
 
-    private void startFlush() {
-        if (flushStarted.compareAndSet(false, true)) Thread.ofVirtual().name("tls-flush").start(this::flushQueued);
-    }
-
-    private void flushQueued() {
-        sendLock.lock();
-        try {
-            flushStarted.set(false);
-            drain();
-        } catch (IOException e) {
-            log.debug("TLS: could not send a record queued while reading: {}", e.toString());
-        } finally {
-            sendLock.unlock();
-        }
+    @Override
+    void flushQueued() throws IOException {
+        drain();
     }
 
     private void sendAlertQuietly() {
@@ -232,38 +205,13 @@ final class BcSecureChannel implements SecureChannel {
     }
 
     @Override
-    public List<String> peerIdentities() {
-        return peerIdentities;
-    }
-
-    @Override
-    public String description() {
-        return description;
-    }
-
-    @Override
-    public void close() {
-        if (!closed.compareAndSet(false, true)) return;
+    void closeOutbound() throws IOException {
+        engineLock.lock();
         try {
-            if (!sendLock.tryLock(CLOSE_WAIT_MS, TimeUnit.MILLISECONDS)) {
-                log.debug("TLS: a write is still in progress; closing without close_notify");
-                return;
-            }
-            try {
-                engineLock.lock();
-                try {
-                    protocol.close();
-                } finally {
-                    engineLock.unlock();
-                }
-                drain();
-            } finally {
-                sendLock.unlock();
-            }
-        } catch (IOException e) {
-            log.debug("TLS: could not send close_notify: {}", e.toString());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+            protocol.close();
+        } finally {
+            engineLock.unlock();
         }
+        drain();
     }
 }

@@ -6,9 +6,6 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.locks.ReentrantLock;
 import javax.net.ssl.SSLEngine;
 import javax.net.ssl.SSLEngineResult;
 import javax.net.ssl.SSLEngineResult.HandshakeStatus;
@@ -22,20 +19,17 @@ import java.security.cert.X509Certificate;
  *
  * <p>The reader owns {@code netIn} and {@code appIn}; the writer owns {@code netOut} under {@code sendLock}.
  * The engine itself lets wrap and unwrap run at once. When an unwrap leaves a record for the engine to send
- * (the reply to a TLS 1.3 KeyUpdate, a TLS 1.2 close_notify), the reader does not send it: it would wait behind a
- * writer that is waiting for the peer, whose reader may be doing just the same. It starts a flush on a virtual
- * thread instead, which takes its turn at {@code sendLock}; a busy writer sends the record first anyway, since
- * the engine puts queued handshake records ahead of application data.
+ * (the reply to a TLS 1.3 KeyUpdate, a TLS 1.2 close_notify), the reader leaves it to
+ * {@link LockedSecureChannel#startFlush}; a busy writer sends the record first anyway, since the engine puts
+ * queued handshake records ahead of application data.
  */
-final class JdkSecureChannel implements SecureChannel {
+final class JdkSecureChannel extends LockedSecureChannel {
     private static final Logger log = LoggerFactory.getLogger(JdkSecureChannel.class);
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
     /** Ciphertext records gathered into one RawChannel.write: fewer system calls, bounded memory per connection. */
     private static final int RECORDS_PER_WRITE = 4;
     /** Room for this many records per RawChannel.read. */
     private static final int RECORDS_PER_READ = 4;
-    /** How long close() waits for a writer in the middle of a write before giving up on close_notify. */
-    private static final long CLOSE_WAIT_MS = 1000;
 
     private final SSLEngine engine;
     private final RawChannel raw;
@@ -47,13 +41,7 @@ final class JdkSecureChannel implements SecureChannel {
     private boolean inboundDone;       // reader
     private volatile int buffered;
 
-    private final ReentrantLock sendLock = new ReentrantLock();
     private final ByteBuffer netOut;   // under sendLock
-    private final AtomicBoolean flushStarted = new AtomicBoolean();
-    private final AtomicBoolean closed = new AtomicBoolean();
-
-    private List<String> peerIdentities = List.of();
-    private String description = "";
 
     private JdkSecureChannel(SSLEngine engine, RawChannel raw) {
         this.engine = engine;
@@ -126,8 +114,7 @@ final class JdkSecureChannel implements SecureChannel {
                 case FINISHED, NOT_HANDSHAKING -> {
                     scratch.flip();
                     SSLSession s = engine.getSession();
-                    description = s.getProtocol() + " " + s.getCipherSuite();
-                    peerIdentities = identities(s);
+                    established(s.getProtocol() + " " + s.getCipherSuite(), identities(s));
                     decryptAhead();
                     return;
                 }
@@ -255,28 +242,21 @@ final class JdkSecureChannel implements SecureChannel {
     private void afterUnwrap(HandshakeStatus hs) {
         if (hs == HandshakeStatus.NEED_TASK) {
             runTasks();
-        } else if (hs == HandshakeStatus.NEED_WRAP && flushStarted.compareAndSet(false, true)) {
-            Thread.ofVirtual().name("tls-flush").start(this::flushQueued);
+        } else if (hs == HandshakeStatus.NEED_WRAP) {
+            startFlush();
         }
     }
 
-    /** Sends what the engine queued while reading; runs on its own thread, see the class comment. */
-    private void flushQueued() {
-        sendLock.lock();
-        try {
-            flushStarted.set(false);
-            netOut.clear();
-            while (engine.getHandshakeStatus() == HandshakeStatus.NEED_WRAP) {
-                SSLEngineResult r = engine.wrap(EMPTY, netOut);
-                if (r.getHandshakeStatus() == HandshakeStatus.NEED_TASK) runTasks();
-                if (r.bytesProduced() == 0) break;
-            }
-            send();
-        } catch (IOException e) {
-            log.debug("TLS: could not send a post-handshake record: {}", e.toString());
-        } finally {
-            sendLock.unlock();
+    /** Sends what the engine queued while reading (see LockedSecureChannel). */
+    @Override
+    void flushQueued() throws IOException {
+        netOut.clear();
+        while (engine.getHandshakeStatus() == HandshakeStatus.NEED_WRAP) {
+            SSLEngineResult r = engine.wrap(EMPTY, netOut);
+            if (r.getHandshakeStatus() == HandshakeStatus.NEED_TASK) runTasks();
+            if (r.bytesProduced() == 0) break;
         }
+        send();
     }
 
     @Override
@@ -329,37 +309,12 @@ final class JdkSecureChannel implements SecureChannel {
     }
 
     @Override
-    public List<String> peerIdentities() {
-        return peerIdentities;
-    }
-
-    @Override
-    public String description() {
-        return description;
-    }
-
-    @Override
-    public void close() {
-        if (!closed.compareAndSet(false, true)) return;
-        try {
-            if (!sendLock.tryLock(CLOSE_WAIT_MS, TimeUnit.MILLISECONDS)) {
-                log.debug("TLS: a write is still in progress; closing without close_notify");
-                return;
-            }
-            try {
-                engine.closeOutbound();
-                netOut.clear();
-                while (!engine.isOutboundDone()) {
-                    if (engine.wrap(EMPTY, netOut).bytesProduced() == 0) break;
-                }
-                send();
-            } finally {
-                sendLock.unlock();
-            }
-        } catch (IOException e) {
-            log.debug("TLS: could not send close_notify: {}", e.toString());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+    void closeOutbound() throws IOException {
+        engine.closeOutbound();
+        netOut.clear();
+        while (!engine.isOutboundDone()) {
+            if (engine.wrap(EMPTY, netOut).bytesProduced() == 0) break;
         }
+        send();
     }
 }

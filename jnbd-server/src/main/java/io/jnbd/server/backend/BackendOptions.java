@@ -24,6 +24,16 @@ public final class BackendOptions {
         return values;
     }
 
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof BackendOptions other && values.equals(other.values);
+    }
+
+    @Override
+    public int hashCode() {
+        return values.hashCode();
+    }
+
     public boolean has(String key) {
         return values.containsKey(key);
     }

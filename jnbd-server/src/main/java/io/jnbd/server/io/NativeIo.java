@@ -4,12 +4,9 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Optional;
@@ -17,7 +14,8 @@ import java.util.Optional;
 /**
  * The Linux system calls the JDK lacks (fallocate, lseek SEEK_DATA/SEEK_HOLE, posix_fadvise), reached
  * through {@code java.lang.foreign}. Callers check {@link #AVAILABLE} and fall back to portable code when
- * it is false (another OS, or a JVM started without native access).
+ * it is false (another OS, an architecture {@link LinuxAbi} has no constants for, or a JVM started without
+ * native access).
  *
  * <p>The calls act on a file descriptor of our own, opened beside the JDK's {@code FileChannel}: the
  * JDK does not expose its descriptor, and these calls depend only on the file, not on which descriptor
@@ -26,10 +24,13 @@ import java.util.Optional;
 public final class NativeIo {
     private NativeIo() {}
 
+    /** The architecture's constants (see {@link LinuxAbi}); null keeps every call here off. */
+    private static final LinuxAbi ABI = LinuxAbi.CURRENT;
+
     public static final int O_RDONLY = 0;
     public static final int O_RDWR = 2;
-    private static final int O_CLOEXEC = 0x80000;
-    public static final int O_DIRECT = 0x4000; // x86_64 and aarch64 value
+    private static final int O_CLOEXEC = ABI == null ? 0 : ABI.oCloexec();
+    public static final int O_DIRECT = ABI == null ? 0 : ABI.oDirect();
 
     public static final int FALLOC_FL_KEEP_SIZE = 0x01;
     public static final int FALLOC_FL_PUNCH_HOLE = 0x02;
@@ -53,60 +54,34 @@ public final class NativeIo {
     private static final MethodHandle MUNMAP;
     private static final MethodHandle MADVISE;
     private static final int PROT_READ_WRITE = 0x3;
-    private static final int MAP_PRIVATE_ANONYMOUS = 0x22;
+    private static final int MAP_PRIVATE_ANONYMOUS = 0x02 | (ABI == null ? 0 : ABI.mapAnonymous());
     private static final int MADV_HUGEPAGE = 14;
     private static final int RWF_NOWAIT = 0x08;
     /** Per-thread scratch for preadv2 and pwritev of one buffer: an iovec and the errno capture, freed with the thread. */
     private static final ThreadLocal<MemorySegment[]> IOV_SCRATCH = ThreadLocal.withInitial(() -> {
         Arena arena = Arena.ofAuto();
-        return new MemorySegment[] {arena.allocate(NativeIo.IOVEC), arena.allocate(NativeIo.CAPTURE_LAYOUT)};
+        return new MemorySegment[] {arena.allocate(Libc.IOVEC), arena.allocate(Libc.CAPTURE_LAYOUT)};
     });
-    private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
-    private static final StructLayout CAPTURE_LAYOUT;
-    private static final VarHandle ERRNO;
     public static final boolean AVAILABLE;
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
         MethodHandle preadv2 = null;
         MethodHandle mmap = null, munmap = null, madvise = null;
-        StructLayout capture = null;
-        VarHandle errno = null;
         boolean ok = false;
         try {
-            if (System.getProperty("os.name", "").toLowerCase().contains("linux")) {
-                Linker linker = Linker.nativeLinker();
-                var libc = linker.defaultLookup();
-                capture = Linker.Option.captureStateLayout();
-                errno = capture.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-                Linker.Option ccs = Linker.Option.captureCallState("errno");
-                open = linker.downcallHandle(libc.find("open").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT),
-                    ccs, Linker.Option.firstVariadicArg(2));
-                close = linker.downcallHandle(libc.find("close").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT));
-                fallocate = linker.downcallHandle(libc.find("fallocate").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
-                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG), ccs);
-                lseek = linker.downcallHandle(libc.find("lseek").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                fadvise = linker.downcallHandle(libc.find("posix_fadvise").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
-                pwritev = linker.downcallHandle(libc.find("pwritev").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG), ccs);
-                preadv2 = linker.downcallHandle(libc.find("preadv2").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT), ccs);
-                mmap = linker.downcallHandle(libc.find("mmap").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG));
-                munmap = linker.downcallHandle(libc.find("munmap").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG));
-                madvise = linker.downcallHandle(libc.find("madvise").orElseThrow(),
-                    FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_LONG, ValueLayout.JAVA_LONG,
-                        ValueLayout.JAVA_INT));
+            if (ABI != null) {
+                ValueLayout i = ValueLayout.JAVA_INT, l = ValueLayout.JAVA_LONG, a = ValueLayout.ADDRESS;
+                open = Libc.withErrno("open", FunctionDescriptor.of(i, a, i, i), Linker.Option.firstVariadicArg(2));
+                close = Libc.plain("close", FunctionDescriptor.of(i, i));
+                fallocate = Libc.withErrno("fallocate", FunctionDescriptor.of(i, i, i, l, l));
+                lseek = Libc.withErrno("lseek", FunctionDescriptor.of(l, i, l, i));
+                fadvise = Libc.plain("posix_fadvise", FunctionDescriptor.of(i, i, l, l, i));
+                pwritev = Libc.withErrno("pwritev", FunctionDescriptor.of(l, i, a, i, l));
+                preadv2 = Libc.withErrno("preadv2", FunctionDescriptor.of(l, i, a, i, l, i));
+                mmap = Libc.plain("mmap", FunctionDescriptor.of(l, l, l, i, i, i, l));
+                munmap = Libc.plain("munmap", FunctionDescriptor.of(i, l, l));
+                madvise = Libc.plain("madvise", FunctionDescriptor.of(i, l, l, i));
                 ok = true;
             }
         } catch (Throwable t) {
@@ -116,7 +91,7 @@ public final class NativeIo {
         PREADV2 = preadv2;
         MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
-        CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
+        AVAILABLE = ok;
     }
 
     /** A system call failed; {@code errno} says why. */
@@ -141,7 +116,7 @@ public final class NativeIo {
     public static Optional<Integer> open(Path path, boolean writable, int extraFlags) throws IOException {
         if (!AVAILABLE) return Optional.empty();
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             int fd = (int) OPEN.invokeExact(state, arena.allocateFrom(path.toString()),
                 (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | extraFlags, 0);
             if (fd < 0) throw new ErrnoException("open " + path, errno(state));
@@ -163,7 +138,7 @@ public final class NativeIo {
 
     public static void fallocate(int fd, int mode, long offset, long length) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             int rc = (int) FALLOCATE.invokeExact(state, fd, mode, offset, length);
             if (rc != 0) throw new ErrnoException("fallocate", errno(state));
         } catch (IOException e) {
@@ -176,7 +151,7 @@ public final class NativeIo {
     /** lseek; returns -1 with {@code ENXIO} mapped to -1 (no more data / offset past the end). */
     public static long lseek(int fd, long offset, int whence) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             long rc = (long) LSEEK.invokeExact(state, fd, offset, whence);
             if (rc < 0) {
                 int e = errno(state);
@@ -238,8 +213,8 @@ public final class NativeIo {
      */
     public static void pwritevFully(int fd, ByteBuffer[] srcs, long offset) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment state = arena.allocate(CAPTURE_LAYOUT);
-            MemorySegment iov = arena.allocate(IOVEC, srcs.length);
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
+            MemorySegment iov = arena.allocate(Libc.IOVEC, srcs.length);
             int first = 0;
             long pos = offset;
             while (first < srcs.length) {
@@ -300,6 +275,33 @@ public final class NativeIo {
     }
 
     /**
+     * One pread into {@code dst} (a direct buffer, position to limit), waiting for the disk if it must; advances
+     * its position. Returns the bytes read, 0 at the end of the file; a failure carries its errno.
+     */
+    public static int pread(int fd, ByteBuffer dst, long offset) throws IOException {
+        MemorySegment[] scratch = IOV_SCRATCH.get();
+        MemorySegment iov = scratch[0], state = scratch[1];
+        MemorySegment target = MemorySegment.ofBuffer(dst);
+        iov.set(ValueLayout.ADDRESS, 0, target);
+        iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
+        try {
+            while (true) {
+                long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, 0);
+                if (n >= 0) {
+                    dst.position(dst.position() + (int) n);
+                    return (int) n;
+                }
+                int e = errno(state);
+                if (e != Errno.EINTR) throw new ErrnoException("pread", e);
+            }
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("pread", t);
+        }
+    }
+
+    /**
      * Maps {@code length} bytes of zeroed anonymous memory at an address that is a multiple of
      * {@code alignment} (a power of two), asks for transparent huge pages on it, and ties it to
      * {@code arena}: closing the arena unmaps it. Returns null when the mapping fails; the caller then
@@ -337,6 +339,6 @@ public final class NativeIo {
     }
 
     private static int errno(MemorySegment state) {
-        return (int) ERRNO.get(state, 0L);
+        return Libc.errno(state);
     }
 }

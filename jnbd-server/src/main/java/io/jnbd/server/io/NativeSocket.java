@@ -9,7 +9,6 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 
 /**
@@ -17,7 +16,8 @@ import java.nio.ByteBuffer;
  * (MSG_DONTWAIT), sendfile behind a MSG_MORE header, the receive low-water mark, FIONREAD, poll and epoll.
  * Every call here returns instead of waiting on a socket; waiting is the caller's business (see
  * {@code io.jnbd.server.net.Poller}), so these calls are safe on virtual threads. Callers check
- * {@link #AVAILABLE} and keep to the JDK's channels when it is false.
+ * {@link #AVAILABLE} and keep to the JDK's channels when it is false (another OS, an architecture
+ * {@link LinuxAbi} has no constants for, or a JVM started without native access).
  */
 public final class NativeSocket {
     private NativeSocket() {}
@@ -30,22 +30,23 @@ public final class NativeSocket {
     private static final int EPOLLONESHOT = 1 << 30;
     private static final int EPOLL_CTL_ADD = 1;
     private static final int EPOLL_CTL_MOD = 3;
-    private static final int EPOLL_CLOEXEC = 0x80000;
+    /** The architecture's constants (see {@link LinuxAbi}); null keeps every call here off. */
+    private static final LinuxAbi ABI = LinuxAbi.CURRENT;
+    private static final int EPOLL_CLOEXEC = ABI == null ? 0 : ABI.oCloexec();
     private static final int ENOENT = 2;
     private static final int EEXIST = 17;
-    /** struct epoll_event is packed on x86_64 (12 bytes); elsewhere its 64-bit data field is aligned (16). */
-    private static final boolean PACKED_EPOLL_EVENT = System.getProperty("os.arch", "").matches("amd64|x86_64");
+    private static final boolean PACKED_EPOLL_EVENT = ABI != null && ABI.packedEpollEvent();
     public static final int EPOLL_EVENT_SIZE = PACKED_EPOLL_EVENT ? 12 : 16;
     private static final int EPOLL_DATA_OFFSET = PACKED_EPOLL_EVENT ? 4 : 8;
 
     private static final short POLLIN = 0x1;
     private static final short POLLOUT = 0x4;
-    private static final int SOL_SOCKET = 1;
-    private static final int SO_RCVLOWAT = 18;
+    private static final int SOL_SOCKET = ABI == null ? 0 : ABI.solSocket();
+    private static final int SO_RCVLOWAT = ABI == null ? 0 : ABI.soRcvlowat();
     private static final int MSG_DONTWAIT = 0x40;
     private static final int MSG_MORE = 0x8000;
     private static final int MSG_NOSIGNAL = 0x4000;
-    private static final long FIONREAD = 0x541B;
+    private static final long FIONREAD = ABI == null ? 0 : ABI.fionread();
 
     private static final MethodHandle SEND, SENDFILE, SENDMSG, RECV, SETSOCKOPT, POLL, IOCTL;
     /**
@@ -56,9 +57,6 @@ public final class NativeSocket {
      */
     private static final MethodHandle SEND_HEAP, RECV_HEAP;
     private static final MethodHandle EPOLL_CREATE1, EPOLL_CTL, EPOLL_WAIT;
-    private static final StructLayout CAPTURE_LAYOUT;
-    private static final VarHandle ERRNO;
-    private static final StructLayout IOVEC = MemoryLayout.structLayout(ValueLayout.ADDRESS.withName("base"), ValueLayout.JAVA_LONG.withName("len"));
     /** struct msghdr on LP64 Linux. */
     private static final StructLayout MSGHDR = MemoryLayout.structLayout(
         ValueLayout.ADDRESS.withName("name"), ValueLayout.JAVA_INT.withName("namelen"), MemoryLayout.paddingLayout(4),
@@ -82,11 +80,11 @@ public final class NativeSocket {
 
         Scratch(Arena arena, int slot) {
             this.slot = slot;
-            state = arena.allocate(CAPTURE_LAYOUT);
+            state = arena.allocate(Libc.CAPTURE_LAYOUT);
             copies = arena.allocate(COPY_SPACE);
             small = arena.allocate(64);
             offset = arena.allocate(ValueLayout.JAVA_LONG);
-            iov = arena.allocate(IOVEC, MAX_IOV);
+            iov = arena.allocate(Libc.IOVEC, MAX_IOV);
             msg = arena.allocate(MSGHDR);
         }
     }
@@ -122,33 +120,25 @@ public final class NativeSocket {
         MethodHandle send = null, sendfile = null, sendmsg = null, recv = null, setsockopt = null, poll = null, ioctl = null;
         MethodHandle sendHeap = null, recvHeap = null;
         MethodHandle create = null, ctl = null, wait = null;
-        StructLayout capture = null;
-        VarHandle errno = null;
         boolean ok = false;
         try {
-            if (System.getProperty("os.name", "").toLowerCase().contains("linux")) {
-                Linker linker = Linker.nativeLinker();
-                var libc = linker.defaultLookup();
-                capture = Linker.Option.captureStateLayout();
-                errno = capture.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-                Linker.Option ccs = Linker.Option.captureCallState("errno");
+            if (ABI != null) {
                 ValueLayout i = ValueLayout.JAVA_INT, l = ValueLayout.JAVA_LONG, a = ValueLayout.ADDRESS;
-                send = linker.downcallHandle(libc.find("send").orElseThrow(), FunctionDescriptor.of(l, i, a, l, i), ccs);
-                sendfile = linker.downcallHandle(libc.find("sendfile").orElseThrow(), FunctionDescriptor.of(l, i, i, a, l), ccs);
-                sendmsg = linker.downcallHandle(libc.find("sendmsg").orElseThrow(), FunctionDescriptor.of(l, i, a, i), ccs);
-                recv = linker.downcallHandle(libc.find("recv").orElseThrow(), FunctionDescriptor.of(l, i, a, l, i), ccs);
-                setsockopt = linker.downcallHandle(libc.find("setsockopt").orElseThrow(), FunctionDescriptor.of(i, i, i, i, a, i), ccs);
-                poll = linker.downcallHandle(libc.find("poll").orElseThrow(), FunctionDescriptor.of(i, a, l, i), ccs);
-                ioctl = linker.downcallHandle(libc.find("ioctl").orElseThrow(), FunctionDescriptor.of(i, i, l, a), ccs,
-                    Linker.Option.firstVariadicArg(2));
-                create = linker.downcallHandle(libc.find("epoll_create1").orElseThrow(), FunctionDescriptor.of(i, i), ccs);
-                ctl = linker.downcallHandle(libc.find("epoll_ctl").orElseThrow(), FunctionDescriptor.of(i, i, i, i, a), ccs);
-                wait = linker.downcallHandle(libc.find("epoll_wait").orElseThrow(), FunctionDescriptor.of(i, i, a, i, i), ccs);
+                send = Libc.withErrno("send", FunctionDescriptor.of(l, i, a, l, i));
+                sendfile = Libc.withErrno("sendfile", FunctionDescriptor.of(l, i, i, a, l));
+                sendmsg = Libc.withErrno("sendmsg", FunctionDescriptor.of(l, i, a, i));
+                recv = Libc.withErrno("recv", FunctionDescriptor.of(l, i, a, l, i));
+                setsockopt = Libc.withErrno("setsockopt", FunctionDescriptor.of(i, i, i, i, a, i));
+                poll = Libc.withErrno("poll", FunctionDescriptor.of(i, a, l, i));
+                ioctl = Libc.withErrno("ioctl", FunctionDescriptor.of(i, i, l, a), Linker.Option.firstVariadicArg(2));
+                create = Libc.withErrno("epoll_create1", FunctionDescriptor.of(i, i));
+                ctl = Libc.withErrno("epoll_ctl", FunctionDescriptor.of(i, i, i, i, a));
+                wait = Libc.withErrno("epoll_wait", FunctionDescriptor.of(i, i, a, i, i));
                 ok = true;
                 try {
                     Linker.Option pin = Linker.Option.critical(true);
-                    sendHeap = linker.downcallHandle(libc.find("send").orElseThrow(), FunctionDescriptor.of(l, i, a, l, i), ccs, pin);
-                    recvHeap = linker.downcallHandle(libc.find("recv").orElseThrow(), FunctionDescriptor.of(l, i, a, l, i), ccs, pin);
+                    sendHeap = Libc.withErrno("send", FunctionDescriptor.of(l, i, a, l, i), pin);
+                    recvHeap = Libc.withErrno("recv", FunctionDescriptor.of(l, i, a, l, i), pin);
                 } catch (RuntimeException e) {
                     sendHeap = recvHeap = null; // heap buffers are copied instead
                 }
@@ -159,7 +149,7 @@ public final class NativeSocket {
         SEND_HEAP = sendHeap; RECV_HEAP = recvHeap;
         SEND = send; SENDFILE = sendfile; SENDMSG = sendmsg; RECV = recv; SETSOCKOPT = setsockopt; POLL = poll; IOCTL = ioctl;
         EPOLL_CREATE1 = create; EPOLL_CTL = ctl; EPOLL_WAIT = wait;
-        CAPTURE_LAYOUT = capture; ERRNO = errno; AVAILABLE = ok;
+        AVAILABLE = ok;
     }
 
     /**
@@ -498,6 +488,6 @@ public final class NativeSocket {
     }
 
     private static int errno(MemorySegment state) {
-        return (int) ERRNO.get(state, 0L);
+        return Libc.errno(state);
     }
 }
