@@ -15,15 +15,11 @@ import java.util.concurrent.Executor;
  * @param zeroCopyFd     that file's native descriptor, or -1 (then only the JDK's transferTo)
  * @param cachedReadFd   the native descriptor of a file export whatever the transport, or -1: small reads try the
  *                       page cache with it on the reader (preadv2 RWF_NOWAIT) before handing off to an I/O thread
- * @param writeOnReader  writes into the page cache land there quicker on the reader than by a hand-off to an I/O
- *                       thread; not under TLS, where the reader spends a core decrypting the next payload and the
- *                       write is better done on the other one meanwhile
  * @param async          reads and writes are started here and answered from their completion (a network backend)
  * @param neverBlocks    backend calls cost CPU only (memory): run them on the reader, never hand them off
  * @param work           where blocking backend calls run: the I/O pool, or virtual threads for a remote backend
  */
-record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, int cachedReadFd,
-                boolean writeOnReader, boolean async,
+record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, int cachedReadFd, boolean async,
                 boolean neverBlocks, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats,
                 ReplySink sink) {
 
@@ -43,11 +39,20 @@ record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, int
         boolean pageCache = b.has(Backend.Trait.ZERO_COPY);
         boolean zeroCopy = pageCache && zeroCopyTransport;
         int fd = pageCache ? b.zeroCopyFd() : -1;
-        return new DataPath(b, zeroCopy ? b.zeroCopySource() : null, zeroCopy ? fd : -1, fd, zeroCopy,
+        return new DataPath(b, zeroCopy ? b.zeroCopySource() : null, zeroCopy ? fd : -1, fd,
             b.has(Backend.Trait.ASYNC), b.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
     }
 
     boolean zeroCopy() {
         return zeroCopySource != null;
+    }
+
+    /**
+     * Writes into the page cache land there quicker on the reader than by a hand-off to an I/O thread: where reads
+     * go zero-copy. Not under TLS, where the reader spends a core decrypting the next payload and the write is
+     * better done on the other one meanwhile.
+     */
+    boolean writeOnReader() {
+        return zeroCopy();
     }
 }
