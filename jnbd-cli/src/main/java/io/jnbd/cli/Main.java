@@ -4,20 +4,54 @@ import io.jnbd.client.NbdConfigException;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.function.Supplier;
+
 /** The {@code jnbd} command: one entry point, one subcommand per tool. */
 @Command(name = "jnbd", mixinStandardHelpOptions = true, version = "jnbd 0.1.0",
-    description = "Network block storage for the JVM: an NBD server, client tools and a memory pool.",
-    subcommands = {ServeCommand.class, MemServerCommand.class, PoolCommand.class, BenchCommand.class, InfoCommand.class,
-        CopyCommand.class, CmpCommand.class, CommandLine.HelpCommand.class})
+    description = "Network block storage for the JVM: an NBD server, client tools and a memory pool.")
 public final class Main implements Runnable {
 
-    public static void main(String[] args) {
-        System.exit(commandLine().execute(args));
+    /**
+     * The subcommands, in the order help lists them. picocli builds a command's whole model (reflection over
+     * every option) when it is added, 20-40 ms each before the JIT has warmed up: a process that runs one tool
+     * adds only that one.
+     */
+    private static final Map<String, Supplier<Object>> TOOLS = new LinkedHashMap<>();
+
+    static {
+        TOOLS.put("serve", ServeCommand::new);
+        TOOLS.put("memserver", MemServerCommand::new);
+        TOOLS.put("pool", PoolCommand::new);
+        TOOLS.put("bench", BenchCommand::new);
+        TOOLS.put("info", InfoCommand::new);
+        TOOLS.put("copy", CopyCommand::new);
+        TOOLS.put("cmp", CmpCommand::new);
     }
 
-    /** The configured command line, shared by main and the tests. */
+    public static void main(String[] args) {
+        System.exit(commandLine(args.length > 0 ? args[0] : null).execute(args));
+    }
+
+    /** The whole command line, every subcommand and help: the tests and the docs check use this. */
     public static CommandLine commandLine() {
+        return commandLine(null);
+    }
+
+    /**
+     * The command line for arguments starting with {@code first}: only that tool if it names one, none for the
+     * version, else all of them.
+     */
+    static CommandLine commandLine(String first) {
         CommandLine cl = new CommandLine(new Main());
+        Supplier<Object> only = first == null ? null : TOOLS.get(first);
+        if (only != null) {
+            cl.addSubcommand(first, only.get());
+        } else if (!"--version".equals(first) && !"-V".equals(first)) {
+            TOOLS.forEach((name, tool) -> cl.addSubcommand(name, tool.get()));
+            cl.addSubcommand("help", new CommandLine.HelpCommand());
+        }
         // Bad arguments get one line and the usage hint, not a stack trace.
         cl.setParameterExceptionHandler((ex, args) -> {
             CommandLine cmd = ex.getCommandLine();

@@ -1,0 +1,80 @@
+package io.jnbd.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import picocli.CommandLine;
+
+import java.io.InputStream;
+import java.lang.classfile.ClassFile;
+import java.net.URL;
+import java.net.URLClassLoader;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.jar.JarEntry;
+import java.util.jar.JarFile;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/** What bin/jnbd's quick start rests on: one tool's model per process, and picocli rewritten for the AOT cache. */
+class StartupTest {
+
+    @Test
+    void aToolsProcessBuildsOnlyThatTool() {
+        CommandLine info = Main.commandLine("info");
+        assertThat(info.getSubcommands().keySet()).containsExactly("info");
+        CommandLine version = Main.commandLine("--version");
+        assertThat(version.getSubcommands()).isEmpty();
+        // Anything else, help and mistakes included, sees every tool.
+        for (String first : new String[]{null, "--help", "help", "nonsense"}) {
+            assertThat(Main.commandLine(first).getSubcommands().keySet()).as(first)
+                .containsExactly("serve", "memserver", "pool", "bench", "info", "copy", "cmp", "help");
+        }
+        Run bad = Run.jnbd("nonsense");
+        assertThat(bad.exit()).isEqualTo(2);
+        assertThat(bad.err()).contains("nonsense");
+    }
+
+    @Test
+    void picocliIsRewrittenAsVerifiableJava6ClassFilesThatStillWork(@TempDir Path dir) throws Exception {
+        Path jar = Path.of(CommandLine.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+        Path copy = dir.resolve(jar.getFileName());
+        assertThat(OldClassFiles.rewrite(jar, copy)).isTrue();
+
+        List<String> classes = new ArrayList<>();
+        try (JarFile original = new JarFile(jar.toFile()); JarFile rewritten = new JarFile(copy.toFile())) {
+            assertThat(rewritten.size()).isEqualTo(original.size());
+            for (JarEntry e : rewritten.stream().toList()) {
+                if (!e.getName().endsWith(".class") || e.getName().contains("module-info")) continue;
+                byte[] bytes;
+                try (InputStream in = rewritten.getInputStream(e)) {
+                    bytes = in.readAllBytes();
+                }
+                var model = ClassFile.of().parse(bytes);
+                assertThat(model.majorVersion()).as(e.getName()).isEqualTo(ClassFile.JAVA_6_VERSION);
+                // Checked against the new stack maps, as the JVM's split verifier would.
+                assertThat(ClassFile.of().verify(bytes)).as(e.getName()).isEmpty();
+                classes.add(e.getName());
+            }
+        }
+        assertThat(classes).hasSizeGreaterThan(100);
+
+        // And it still parses a command line and prints help, loaded on its own.
+        try (URLClassLoader loader = new URLClassLoader(new URL[]{copy.toUri().toURL()}, ClassLoader.getPlatformClassLoader())) {
+            Class<?> commandLine = Class.forName("picocli.CommandLine", true, loader);
+            assertThat(commandLine.getClassLoader()).isSameAs(loader);
+            Object help = Class.forName("picocli.CommandLine$HelpCommand", true, loader).getConstructor().newInstance();
+            Object cl = commandLine.getConstructor(Object.class).newInstance(help);
+            String usage = (String) commandLine.getMethod("getUsageMessage").invoke(cl);
+            assertThat(usage).contains("Usage: help", "COMMAND");
+        }
+    }
+
+    @Test
+    void jarsWithoutOldClassFilesAreLeftAlone(@TempDir Path dir) throws Exception {
+        Path jar = Path.of(com.fasterxml.jackson.databind.ObjectMapper.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+        assertThat(OldClassFiles.rewrite(jar, dir.resolve("x.jar"))).isFalse();
+        assertThat(Files.exists(dir.resolve("x.jar"))).isFalse();
+    }
+}
