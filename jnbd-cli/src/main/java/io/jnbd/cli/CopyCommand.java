@@ -135,13 +135,10 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                         long pos = at;
                         int n = (int) Math.min(chunk, e.end() - at);
                         slots.acquire();
-                        ByteBuffer buf = buffers.take().clear().limit(n);
+                        ByteBuffer buf = buffers.take();
                         CompletableFuture<Void> f;
                         try {
-                            f = src.read(pos, buf).thenCompose(v -> {
-                                buf.flip(); // the read advanced the position over the data
-                                return allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf);
-                            });
+                            f = copyChunk(src, dst, pos, n, buf);
                         } catch (RuntimeException ex) {
                             f = CompletableFuture.failedFuture(ex);
                         }
@@ -158,6 +155,29 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         }
         // Wait for every request in flight; each is bounded by the request timeout.
         slots.acquire(window);
+    }
+
+    /** How much of a local file's chunk is looked at before it is sent unseen. */
+    private static final int PROBE = 4096;
+
+    /**
+     * Copies one chunk of data, using {@code buf}. A chunk of a local file bound for an NBD export is sent by
+     * the kernel straight from the page cache (sendfile) unless its first 4 KiB read as zeroes: data rarely
+     * starts so, and a chunk that does is read whole and looked at like any other, so a run of zeroes still
+     * becomes WRITE_ZEROES. Everything else is read into {@code buf}, and written unless it is all zeroes.
+     */
+    private static CompletableFuture<Void> copyChunk(Disk src, Disk dst, long pos, int n, ByteBuffer buf) {
+        if (src instanceof Disk.Local file && dst instanceof Disk.Remote nbd) {
+            buf.clear().limit(Math.min(n, PROBE));
+            CompletableFuture<Void> probe = src.read(pos, buf); // a local file's read is done on return
+            if (probe.isCompletedExceptionally()) return probe;
+            if (!allZero(buf.flip())) return nbd.client().write(pos, file.channel(), pos, n, false);
+        }
+        buf.clear().limit(n);
+        return src.read(pos, buf).thenCompose(v -> {
+            buf.flip(); // the read advanced the position over the data
+            return allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf);
+        });
     }
 
     private interface Op {

@@ -1,5 +1,7 @@
 package io.jnbd.client;
 
+import io.jnbd.protocol.Nbd;
+
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.util.Map;
@@ -93,7 +95,15 @@ final class Connection {
      * payload of a WRITE; null otherwise.
      */
     CompletableFuture<Object> submit(int type, int flags, long offset, long length, ByteBuffer data) {
-        Pending p = new Pending(type, flags, offset, length, data, nextCookie.getAndIncrement());
+        return submit(new Pending(type, flags, offset, length, data, null, nextCookie.getAndIncrement()));
+    }
+
+    /** Submits a WRITE whose payload is {@code length} bytes of {@code file}, as {@link #submit(int, int, long, long, ByteBuffer)}. */
+    CompletableFuture<Object> submitWrite(int flags, long offset, long length, Pending.FileRegion file) {
+        return submit(new Pending(Nbd.CMD_WRITE, flags, offset, length, null, file, nextCookie.getAndIncrement()));
+    }
+
+    private CompletableFuture<Object> submit(Pending p) {
         NbdException dead = failure;
         if (dead != null) {
             p.settle(dead);

@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
+import java.nio.channels.FileChannel;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.List;
@@ -214,6 +215,39 @@ public final class NbdClient implements AutoCloseable {
             src.position(base + length);
             return null;
         });
+    }
+
+    /**
+     * Writes {@code length} bytes of {@code src}, from {@code position}, at {@code offset}. Over a plain
+     * connection the kernel sends them from the page cache (sendfile): they never pass through this process,
+     * which saves the two copies a read into a buffer and a write from it make. Over TLS they are read and
+     * encrypted a piece at a time. A range past the file's end is refused at once; the file must keep the range
+     * until the future completes: were it cut short meanwhile, the request fails and so does its connection
+     * (the server is owed bytes that cannot be sent).
+     * With {@code fua}, as {@link #write(long, ByteBuffer, boolean)}.
+     */
+    public CompletableFuture<Void> write(long offset, FileChannel src, long position, long length, boolean fua) {
+        checkRange("write", offset, length);
+        if (position < 0) throw new IllegalArgumentException("file position " + position + " is negative");
+        try {
+            if (position + length > src.size()) {
+                throw new IllegalArgumentException("write of " + length + " bytes from file position " + position
+                    + " reaches past the end of the file (" + src.size() + " bytes)");
+            }
+        } catch (IOException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        if (info.readOnly()) return failedReadOnly("write");
+        if (length == 0) return CompletableFuture.completedFuture(null);
+        int flags = fua && info.canFua() ? Nbd.CMD_FLAG_FUA : 0;
+        invalidate(offset, length);
+        List<CompletableFuture<Object>> parts = new ArrayList<>();
+        for (long done = 0; done < length; ) {
+            long n = Math.min(maxRequest, length - done);
+            parts.add(pick().submitWrite(flags, offset + done, n, new Pending.FileRegion(src, position + done)));
+            done += n;
+        }
+        return afterWrite(all(parts), offset, length, fua && !info.canFua());
     }
 
     /** Makes every completed write durable. A no-op when the server does not offer FLUSH. */

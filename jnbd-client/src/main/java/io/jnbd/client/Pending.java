@@ -55,6 +55,8 @@ final class Pending {
     final long offset;
     final long length;
     final ByteBuffer data;
+    /** A WRITE's payload when it comes from a file rather than {@link #data}: sent by the kernel (sendfile). */
+    final FileRegion file;
     final long cookie;
     final CompletableFuture<Object> future = new CompletableFuture<>();
     /** The whole request (and payload) is in the socket. */
@@ -76,13 +78,18 @@ final class Pending {
     private String errorMessage;
     private List<Extent> extents;
 
-    Pending(int type, int flags, long offset, long length, ByteBuffer data, long cookie) {
+    Pending(int type, int flags, long offset, long length, ByteBuffer data, FileRegion file, long cookie) {
         this.type = type;
         this.flags = flags;
         this.offset = offset;
         this.length = length;
         this.data = data;
+        this.file = file;
         this.cookie = cookie;
+    }
+
+    /** Bytes of a file, from {@code position}: the payload of a WRITE that never enters this process. */
+    record FileRegion(java.nio.channels.FileChannel channel, long position) {
     }
 
     boolean hasPayload() {

@@ -82,7 +82,8 @@ final class Sender {
      * used it, and from then on every blocking read by the reader thread costs a failed read and a poll.
      */
     void submit(Pending p) {
-        if ((!p.hasPayload() || p.length <= INLINE_MAX_PAYLOAD) && !Thread.currentThread().isVirtual()
+        // A file's payload may have to come from the disk first: never on the submitting thread.
+        if ((!p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD)) && !Thread.currentThread().isVirtual()
                 && queue.isEmpty() && lock.tryLock()) {
             try {
                 if (queue.isEmpty() && unanswered.get() + p.wireBytes() <= inlineBudget && window.tryAcquire()) {
@@ -204,7 +205,9 @@ final class Sender {
             header.clear();
             new Request(p.flags, p.type, p.cookie, p.offset, p.length).encode(header);
             header.flip();
-            if (p.hasPayload()) {
+            if (p.file != null) {
+                transport.write(header, p.file.channel(), p.file.position(), p.length);
+            } else if (p.hasPayload()) {
                 transport.write(header, p.data.duplicate());
             } else {
                 transport.write(header);

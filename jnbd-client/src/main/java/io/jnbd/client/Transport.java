@@ -3,8 +3,10 @@ package io.jnbd.client;
 import io.jnbd.tls.RawChannel;
 import io.jnbd.tls.SecureChannel;
 
+import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.channels.SocketChannel;
 
 /**
@@ -35,6 +37,12 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
 
     /** Writes every remaining byte of {@code header}, then of {@code payload}: a request and its data. */
     abstract void write(ByteBuffer header, ByteBuffer payload) throws IOException;
+
+    /**
+     * Writes every remaining byte of {@code header}, then {@code length} bytes of {@code file} from
+     * {@code position}. Fails if the file ends first; the connection is then unusable, as after any failed write.
+     */
+    abstract void write(ByteBuffer header, FileChannel file, long position, long length) throws IOException;
 
     /**
      * Ends the stream politely after the last write: TLS sends its close_notify, so the server sees a clean end
@@ -93,10 +101,24 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
             ByteBuffer[] both = {header, payload};
             while (payload.hasRemaining()) socket.write(both);
         }
+
+        @Override
+        void write(ByteBuffer header, FileChannel file, long position, long length) throws IOException {
+            while (header.hasRemaining()) socket.write(header);
+            // transferTo is sendfile(2) here: the kernel hands page-cache pages to the socket, with no copy
+            // into or out of this process.
+            for (long done = 0; done < length; ) {
+                long n = file.transferTo(position + done, length - done, socket);
+                if (n <= 0) throw new EOFException("file ended at " + (position + done) + " with " + (length - done) + " bytes still to send");
+                done += n;
+            }
+        }
     }
 
     static final class Tls extends Transport {
         private final SecureChannel session;
+        /** For payloads read from a file; only the sender writes, under its lock. */
+        private ByteBuffer scratch;
 
         Tls(SocketChannel socket, SecureChannel session) {
             super(socket);
@@ -116,6 +138,24 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         @Override
         void write(ByteBuffer header, ByteBuffer payload) throws IOException {
             session.write(header, payload);
+        }
+
+        @Override
+        void write(ByteBuffer header, FileChannel file, long position, long length) throws IOException {
+            // The records are encrypted here, so the bytes must pass through this process: a piece at a time.
+            if (scratch == null) scratch = ByteBuffer.allocateDirect(256 * 1024);
+            session.write(header);
+            for (long done = 0; done < length; ) {
+                scratch.clear().limit((int) Math.min(scratch.capacity(), length - done));
+                while (scratch.hasRemaining()) {
+                    if (file.read(scratch, position + done + scratch.position()) < 0) {
+                        throw new EOFException("file ended at " + (position + done + scratch.position()));
+                    }
+                }
+                scratch.flip();
+                done += scratch.remaining();
+                session.write(scratch);
+            }
         }
 
         @Override

@@ -119,6 +119,28 @@ class JnbdServerTest {
     }
 
     @Test
+    void writesFromAFileLandInPlaceAndAShortFileIsRefused() throws Exception {
+        Path src = dir.resolve("payload.img");
+        byte[] content = new byte[40 << 20];
+        new Random(11).nextBytes(content);
+        java.nio.file.Files.write(src, content);
+        int length = content.length - 8192;
+        try (NbdClient c = NbdClient.connect(uri("mem"), ClientOptions.defaults().withConnections(2));
+             var ch = java.nio.channels.FileChannel.open(src)) {
+            // More than one request's worth (32 MiB): split over requests and connections, each sent by sendfile.
+            c.write(4096, ch, 8192, length, false).get(30, TimeUnit.SECONDS);
+            ByteBuffer back = ByteBuffer.allocateDirect(length);
+            c.blocking().read(4096, back);
+            assertThat(back.flip()).isEqualTo(ByteBuffer.wrap(content, 8192, length));
+
+            org.assertj.core.api.Assertions.assertThatThrownBy(() -> c.write(0, ch, content.length - 4096, 8192, false))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("past the end of the file");
+            // Both connections still work.
+            for (int i = 0; i < 4; i++) c.blocking().read(0, ByteBuffer.allocateDirect(4096));
+        }
+    }
+
+    @Test
     void minimumBlockSizeIsHonoured() throws Exception {
         try (NbdClient c = NbdClient.connect(uri("direct"))) {
             int min = c.info().minimumBlockSize();

@@ -11,21 +11,21 @@ import static org.assertj.core.api.Assertions.assertThat;
 class PendingTest {
 
     private static Pending read() {
-        Pending p = new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        Pending p = new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), null, 1);
         assertThat(p.startSending()).isTrue();
         return p;
     }
 
     @Test
     void aRequestSettledWhileQueuedIsNeverSent() {
-        Pending p = new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        Pending p = new Pending(Nbd.CMD_READ, 0, 0, 4096, ByteBuffer.allocate(4096), null, 1);
         assertThat(p.settle(new NbdTimeoutException("queued too long"))).isEqualTo(Pending.Settled.UNSENT);
         assertThat(p.startSending()).isFalse();
     }
 
     @Test
     void aReplyThatBeatsTheSenderIsDeliveredWhenTheSenderLetsGoOfThePayload() {
-        Pending p = new Pending(Nbd.CMD_WRITE, 0, 0, 4096, ByteBuffer.allocate(4096), 1);
+        Pending p = new Pending(Nbd.CMD_WRITE, 0, 0, 4096, ByteBuffer.allocate(4096), null, 1);
         assertThat(p.startSending()).isTrue();
         assertThat(p.claim()).as("the reader never places into a write's buffer").isFalse();
         assertThat(p.settle(null)).isEqualTo(Pending.Settled.HELD);

@@ -57,6 +57,21 @@ class TlsClientTest {
         back.flip();
         for (int i = 0; i < 128 * 1024; i += 4093) assertThat(back.get(i)).isEqualTo(disk[i]);
         assertThat(back.slice(128 * 1024, 256 * 1024)).isEqualTo(data.flip());
+
+        // A payload from a file: encrypted a piece at a time, more than one piece here.
+        Path file = Files.createTempFile("jnbd-tls-payload", ".img");
+        try (var ch = java.nio.channels.FileChannel.open(file, java.nio.file.StandardOpenOption.READ,
+                java.nio.file.StandardOpenOption.WRITE)) {
+            byte[] content = new byte[4096 + 300 * 1024];
+            new java.util.Random(5).nextBytes(content);
+            Files.write(file, content);
+            c.write(512 * 1024, ch, 4096, 300 * 1024, false).get(30, TimeUnit.SECONDS);
+            ByteBuffer got = ByteBuffer.allocateDirect(300 * 1024);
+            c.blocking().read(512 * 1024, got);
+            assertThat(got.flip()).isEqualTo(ByteBuffer.wrap(content, 4096, 300 * 1024));
+        } finally {
+            Files.delete(file);
+        }
         c.blocking().flush();
     }
 
