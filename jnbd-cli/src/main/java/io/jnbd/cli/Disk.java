@@ -47,7 +47,7 @@ sealed interface Disk extends AutoCloseable {
         if (NbdUri.looksLikeUri(spec)) return new Remote(NbdClient.connect(NbdUri.parse(spec), options));
         Path path = Path.of(spec);
         if (!Files.exists(path)) throw new NoSuchFileException(spec, null, "no such file (and not an nbd:// or nbds:// URI)");
-        return new Local(path, FileChannel.open(path, StandardOpenOption.READ), false);
+        return new Local(path, FileChannel.open(path, StandardOpenOption.READ), false, null);
     }
 
     /**
@@ -70,7 +70,7 @@ sealed interface Disk extends AutoCloseable {
         Path path = Path.of(spec);
         if (Files.exists(path) && !Files.isRegularFile(path)) {
             // A block or character device (/dev/sdX, /dev/null): written in place, its holes written as zeroes.
-            return new Local(path, FileChannel.open(path, StandardOpenOption.WRITE), false);
+            return new Local(path, FileChannel.open(path, StandardOpenOption.WRITE), false, null);
         }
         var raf = new java.io.RandomAccessFile(path.toFile(), "rw");
         try {
@@ -80,7 +80,7 @@ sealed interface Disk extends AutoCloseable {
             raf.close();
             throw e;
         }
-        return new Local(path, raf.getChannel(), true);
+        return new Local(path, raf.getChannel(), true, WriteBehind.open(path));
     }
 
     record Remote(NbdClient client) implements Disk {
@@ -100,8 +100,11 @@ sealed interface Disk extends AutoCloseable {
         public void close() { client.close(); }
     }
 
-    /** A local file. Its I/O is synchronous positional reads and writes; the futures are complete on return. */
-    record Local(Path path, FileChannel channel, boolean fresh) implements Disk {
+    /**
+     * A local file. Its I/O is synchronous positional reads and writes; the futures are complete on return. A
+     * fresh destination's writes go to the disk as the copy runs ({@link WriteBehind}; null where unavailable).
+     */
+    record Local(Path path, FileChannel channel, boolean fresh, WriteBehind behind) implements Disk {
         public String name() { return path.toString(); }
 
         public long size() {
@@ -133,6 +136,7 @@ sealed interface Disk extends AutoCloseable {
             try {
                 ByteBuffer b = src.duplicate();
                 while (b.hasRemaining()) channel.write(b, offset + b.position() - src.position());
+                if (behind != null) behind.written(offset, src.remaining());
                 src.position(src.limit());
                 return CompletableFuture.completedFuture(null);
             } catch (IOException e) {
@@ -166,6 +170,9 @@ sealed interface Disk extends AutoCloseable {
             }
         }
 
-        public void close() throws IOException { channel.close(); }
+        public void close() throws IOException {
+            if (behind != null) behind.close();
+            channel.close();
+        }
     }
 }

@@ -41,6 +41,11 @@ public final class NativeIo {
     public static final int SEEK_HOLE = 4;
 
     public static final int POSIX_FADV_WILLNEED = 3;
+    public static final int POSIX_FADV_DONTNEED = 4;
+
+    public static final int SYNC_FILE_RANGE_WAIT_BEFORE = 1;
+    public static final int SYNC_FILE_RANGE_WRITE = 2;
+    public static final int SYNC_FILE_RANGE_WAIT_AFTER = 4;
 
 
     private static final MethodHandle OPEN;
@@ -48,6 +53,7 @@ public final class NativeIo {
     private static final MethodHandle FALLOCATE;
     private static final MethodHandle LSEEK;
     private static final MethodHandle FADVISE;
+    private static final MethodHandle SYNC_FILE_RANGE;
     private static final MethodHandle PWRITEV;
     private static final MethodHandle PREADV2;
     private static final MethodHandle MMAP;
@@ -66,6 +72,7 @@ public final class NativeIo {
 
     static {
         MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
+        MethodHandle syncFileRange = null;
         MethodHandle preadv2 = null;
         MethodHandle mmap = null, munmap = null, madvise = null;
         boolean ok = false;
@@ -77,6 +84,7 @@ public final class NativeIo {
                 fallocate = Libc.withErrno("fallocate", FunctionDescriptor.of(i, i, i, l, l));
                 lseek = Libc.withErrno("lseek", FunctionDescriptor.of(l, i, l, i));
                 fadvise = Libc.plain("posix_fadvise", FunctionDescriptor.of(i, i, l, l, i));
+                syncFileRange = Libc.withErrno("sync_file_range", FunctionDescriptor.of(i, i, l, l, i));
                 pwritev = Libc.withErrno("pwritev", FunctionDescriptor.of(l, i, a, i, l));
                 preadv2 = Libc.withErrno("preadv2", FunctionDescriptor.of(l, i, a, i, l, i));
                 mmap = Libc.plain("mmap", FunctionDescriptor.of(l, l, l, i, i, i, l));
@@ -91,6 +99,7 @@ public final class NativeIo {
         PREADV2 = preadv2;
         MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
         OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
+        SYNC_FILE_RANGE = syncFileRange;
         AVAILABLE = ok;
     }
 
@@ -174,6 +183,22 @@ public final class NativeIo {
             throw e;
         } catch (Throwable t) {
             throw new IOException("posix_fadvise", t);
+        }
+    }
+
+    /** sync_file_range(2): starts and/or waits for writeback of the range, as {@code flags} say. */
+    public static void syncFileRange(int fd, long offset, long length, int flags) throws IOException {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
+            int rc;
+            do {
+                rc = (int) SYNC_FILE_RANGE.invokeExact(state, fd, offset, length, flags);
+            } while (rc != 0 && errno(state) == Errno.EINTR);
+            if (rc != 0) throw new ErrnoException("sync_file_range", errno(state));
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("sync_file_range", t);
         }
     }
 
