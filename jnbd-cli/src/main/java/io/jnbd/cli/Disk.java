@@ -101,8 +101,9 @@ sealed interface Disk extends AutoCloseable {
     }
 
     /**
-     * A local file. Its I/O is synchronous positional reads and writes; the futures are complete on return. A
-     * fresh destination's writes go to the disk as the copy runs ({@link WriteBehind}; null where unavailable).
+     * A local file. Its I/O is synchronous positional reads and writes, the futures complete on return; but a
+     * fresh destination's writes run on a thread of their own and go to the disk as the copy runs
+     * ({@link WriteBehind}; null where unavailable).
      */
     record Local(Path path, FileChannel channel, boolean fresh, WriteBehind behind) implements Disk {
         public String name() { return path.toString(); }
@@ -133,10 +134,10 @@ sealed interface Disk extends AutoCloseable {
         }
 
         public CompletableFuture<Void> write(long offset, ByteBuffer src) {
+            if (behind != null) return behind.write(channel, offset, src);
             try {
                 ByteBuffer b = src.duplicate();
                 while (b.hasRemaining()) channel.write(b, offset + b.position() - src.position());
-                if (behind != null) behind.written(offset, src.remaining());
                 src.position(src.limit());
                 return CompletableFuture.completedFuture(null);
             } catch (IOException e) {

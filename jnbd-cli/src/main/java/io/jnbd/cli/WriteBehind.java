@@ -3,8 +3,15 @@ package io.jnbd.cli;
 import io.jnbd.server.io.NativeIo;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.util.ArrayDeque;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 /**
  * Keeps a copy's writes to a local file from piling up in the page cache. Left alone, Linux lets gigabytes of
@@ -14,6 +21,10 @@ import java.util.ArrayDeque;
  * ranges have followed it, the writer waits for it to reach the disk and drops it from the cache
  * ({@code POSIX_FADV_DONTNEED}), so the cache holds a few dozen MiB of the copy and the disk is busy from the
  * start. nbdcopy does the same (its "evict writes"); Linus Torvalds described the pattern on the kernel list.
+ *
+ * <p>The writes themselves, and those waits, run on a thread of their own: made on the source connections'
+ * reader threads, a wait for the disk stopped those connections' replies from being read, and the 4 GiB
+ * download ran at 359 MiB/s against nbdcopy's 520.
  */
 final class WriteBehind implements AutoCloseable {
 
@@ -22,6 +33,8 @@ final class WriteBehind implements AutoCloseable {
 
     private final int fd;
     private final ArrayDeque<long[]> inFlight = new ArrayDeque<>();
+    private final ExecutorService writer = Executors.newSingleThreadExecutor(
+        r -> Thread.ofPlatform().daemon().name("jnbd-file-writer").unstarted(r));
 
     private WriteBehind(int fd) {
         this.fd = fd;
@@ -35,6 +48,24 @@ final class WriteBehind implements AutoCloseable {
         } catch (IOException e) {
             return null;
         }
+    }
+
+    /**
+     * Writes {@code src} (position to limit) at {@code offset} of {@code channel} on the writer thread; on
+     * success its position has reached the limit. The buffer must be left alone until the future completes.
+     */
+    CompletableFuture<Void> write(FileChannel channel, long offset, ByteBuffer src) {
+        return CompletableFuture.runAsync(() -> {
+            try {
+                int n = src.remaining();
+                ByteBuffer b = src.duplicate();
+                while (b.hasRemaining()) channel.write(b, offset + (b.position() - src.position()));
+                written(offset, n);
+                src.position(src.limit());
+            } catch (IOException e) {
+                throw new CompletionException(e);
+            }
+        }, writer);
     }
 
     /** After {@code length} bytes were written at {@code offset}: starts their writeback, settles the oldest. */
@@ -57,6 +88,13 @@ final class WriteBehind implements AutoCloseable {
 
     @Override
     public void close() {
+        writer.shutdown();
+        try {
+            // A copy waits for every write before it closes; this only covers one that failed part way.
+            writer.awaitTermination(1, TimeUnit.MINUTES);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         NativeIo.close(fd);
     }
 }
