@@ -73,7 +73,7 @@ final class OldClassFiles {
                     jos.write(bytes);
                     jos.closeEntry();
                 }
-            } catch (IllegalArgumentException | IllegalStateException e) {
+            } catch (RuntimeException e) {
                 // A class the ClassFile API cannot give stack maps (jsr/ret, a broken class): keep the jar as it is.
                 Files.deleteIfExists(tmp);
                 return false;

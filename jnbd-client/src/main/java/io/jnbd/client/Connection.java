@@ -50,7 +50,7 @@ final class Connection {
         Receiver receiver = new Receiver(this, transport, peer, info, handshake.baseAllocationId());
         this.reader = Thread.ofPlatform().daemon().name("jnbd-reader-" + peer + "#" + index).unstarted(receiver::run);
         reader.start();
-        sender.start();
+        sender.start(reader);
         if (requestTimeoutNanos > 0) {
             // One periodic sweep rather than a timer task per request: scheduling and cancelling a task for
             // every request costs the submitter, and a cancelled task stays queued (holding the request and
@@ -115,6 +115,11 @@ final class Connection {
         sender.submit(p);
         if (failure != null) failQueued(failure); // raced with fail(), whose sweep may have run before the enqueue
         return p.future;
+    }
+
+    /** The reader thread is about to wait: sends what it submitted meanwhile (see {@link Sender#uncork}). */
+    void uncork() {
+        sender.uncork();
     }
 
     /** Puts a request about to be written into the map of those in flight; false if the connection has died. */

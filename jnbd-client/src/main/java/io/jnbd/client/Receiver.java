@@ -196,6 +196,8 @@ final class Receiver {
     /** Fills {@code buf}: first from what was received already, then from the connection. */
     private void readFully(ByteBuffer buf) throws IOException {
         take(buf);
+        // About to wait for the server: first send what this thread's callbacks submitted meanwhile.
+        if (buf.hasRemaining()) connection.uncork();
         while (buf.hasRemaining()) {
             if (buf.remaining() >= DIRECT_READ_MIN) {
                 if (transport.read(buf) < 0) throw new EOFException();

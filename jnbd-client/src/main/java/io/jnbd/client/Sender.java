@@ -46,6 +46,19 @@ final class Sender {
     private final long inlineBudget;
     private final ByteBuffer header = ByteBuffer.allocateDirect(Nbd.REQUEST_SIZE);
     private final Thread thread;
+    /**
+     * Requests submitted on this connection's reader thread, mostly by completion callbacks submitting the
+     * next request, held until the reader has worked through the replies it already has: then they go out
+     * together, one write for many. Sent one by one, they were a system call per request (75,554 writes for
+     * 75,486 reads at 4k QD32), each a TCP segment that woke the server on its own.
+     */
+    private final ConcurrentLinkedQueue<Pending> corked = new ConcurrentLinkedQueue<>();
+    /** The connection's reader thread; set before the connection is used. */
+    private volatile Thread reader;
+    /** Headers of one batch of corked requests, and its buffers for the gathering write. */
+    private ByteBuffer batchHeaders = ByteBuffer.allocateDirect(16 * Nbd.REQUEST_SIZE);
+    private final java.util.ArrayList<Pending> batch = new java.util.ArrayList<>();
+    private final java.util.ArrayList<ByteBuffer> batchBuffers = new java.util.ArrayList<>();
 
     Sender(Connection connection, Transport transport, int requestsInFlight, String name) {
         this.connection = connection;
@@ -67,7 +80,8 @@ final class Sender {
         }
     }
 
-    void start() {
+    void start(Thread readerThread) {
+        this.reader = readerThread;
         thread.start();
     }
 
@@ -82,6 +96,10 @@ final class Sender {
      * used it, and from then on every blocking read by the reader thread costs a failed read and a poll.
      */
     void submit(Pending p) {
+        if (Thread.currentThread() == reader) {
+            corked.add(p);
+            return;
+        }
         // A file's payload may have to come from the disk first: never on the submitting thread.
         if ((!p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD)) && !Thread.currentThread().isVirtual()
                 && queue.isEmpty() && lock.tryLock()) {
@@ -97,6 +115,74 @@ final class Sender {
         queue.add(p);
         queued.incrementAndGet();
         LockSupport.unpark(thread);
+    }
+
+    /**
+     * Sends what was submitted on the reader thread since it last waited: as one gathering write while the
+     * requests fit the conditions of an inline write (see {@link #submit}), the rest through the queue, in
+     * submission order. Called by the reader thread before it waits for more bytes.
+     */
+    void uncork() {
+        if (corked.isEmpty()) return;
+        if (queue.isEmpty() && lock.tryLock()) {
+            try {
+                long bytes = unanswered.get();
+                for (Pending p; queue.isEmpty() && (p = corked.peek()) != null; ) {
+                    boolean small = !p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD);
+                    if (!small || bytes + p.wireBytes() > inlineBudget || !window.tryAcquire()) break;
+                    corked.poll();
+                    batch.add(p);
+                    bytes += p.wireBytes();
+                }
+                writeBatch();
+            } finally {
+                lock.unlock();
+            }
+        }
+        boolean queuedAny = false;
+        for (Pending p; (p = corked.poll()) != null; ) {
+            queue.add(p);
+            queued.incrementAndGet();
+            queuedAny = true;
+        }
+        if (queuedAny) LockSupport.unpark(thread);
+    }
+
+    /** Writes {@link #batch}, each request holding a slot. Holding the lock. */
+    private void writeBatch() {
+        if (batch.isEmpty()) return;
+        if (batchHeaders.capacity() < batch.size() * Nbd.REQUEST_SIZE) {
+            batchHeaders = ByteBuffer.allocateDirect(Integer.highestOneBit(batch.size() * Nbd.REQUEST_SIZE) * 2);
+        }
+        batchHeaders.clear();
+        batchBuffers.clear();
+        int sending = 0;
+        try {
+            for (Pending p : batch) {
+                if (!p.startSending()) {
+                    window.release(); // settled while corked: never sent
+                    continue;
+                }
+                unanswered.addAndGet(p.wireBytes());
+                batch.set(sending++, p);
+                if (!connection.register(p)) continue;
+                int at = batchHeaders.position();
+                new Request(p.flags, p.type, p.cookie, p.offset, p.length).encode(batchHeaders);
+                batchBuffers.add(batchHeaders.slice(at, Nbd.REQUEST_SIZE));
+                if (p.hasPayload()) batchBuffers.add(p.data.duplicate());
+            }
+            if (!batchBuffers.isEmpty()) transport.write(batchBuffers.toArray(ByteBuffer[]::new));
+            for (int i = 0; i < sending; i++) batch.get(i).sent = true;
+        } catch (IOException e) {
+            connection.fail(new NbdConnectionException("connection to " + connection.peer() + " failed while sending "
+                + batch.size() + " request(s): " + e.getMessage(), e));
+        } finally {
+            for (int i = 0; i < sending; i++) {
+                if (batch.get(i).hasPayload()) connection.letGo(batch.get(i));
+            }
+            batch.clear();
+            batchBuffers.clear();
+        }
     }
 
     /** A request that timed out while queued: drop it now rather than when it reaches the head. */
@@ -121,11 +207,14 @@ final class Sender {
         return queue.stream().anyMatch(p -> !p.settled());
     }
 
-    /** Takes every queued request out, for the connection to fail them. */
+    /** Takes every queued (or corked) request out, for the connection to fail them. */
     Pending poll() {
         Pending p = queue.poll();
-        if (p != null) queued.decrementAndGet();
-        return p;
+        if (p != null) {
+            queued.decrementAndGet();
+            return p;
+        }
+        return corked.poll();
     }
 
     /** Wakes the sender thread, e.g. to notice that the connection has died. */

@@ -38,6 +38,9 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
     /** Writes every remaining byte of {@code header}, then of {@code payload}: a request and its data. */
     abstract void write(ByteBuffer header, ByteBuffer payload) throws IOException;
 
+    /** Writes every remaining byte of each of {@code srcs}, in order: several requests in one go. */
+    abstract void write(ByteBuffer[] srcs) throws IOException;
+
     /**
      * Writes every remaining byte of {@code header}, then {@code length} bytes of {@code file} from
      * {@code position}. Fails if the file ends first; the connection is then unusable, as after any failed write.
@@ -103,6 +106,12 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         }
 
         @Override
+        void write(ByteBuffer[] srcs) throws IOException {
+            ByteBuffer last = srcs[srcs.length - 1];
+            while (last.hasRemaining()) socket.write(srcs);
+        }
+
+        @Override
         void write(ByteBuffer header, FileChannel file, long position, long length) throws IOException {
             while (header.hasRemaining()) socket.write(header);
             // transferTo is sendfile(2) here: the kernel hands page-cache pages to the socket, with no copy
@@ -138,6 +147,11 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         @Override
         void write(ByteBuffer header, ByteBuffer payload) throws IOException {
             session.write(header, payload);
+        }
+
+        @Override
+        void write(ByteBuffer[] srcs) throws IOException {
+            for (ByteBuffer b : srcs) session.write(b);
         }
 
         @Override

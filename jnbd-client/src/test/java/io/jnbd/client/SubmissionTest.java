@@ -76,6 +76,68 @@ class SubmissionTest {
         }
     }
 
+    /**
+     * Requests submitted by completion callbacks on the reader thread are held until the reader is about to
+     * wait, then sent together: here each reply's callback submits the next read and a small write, 200 deep,
+     * and every one must go out, in submission order, with the right data.
+     */
+    @Test
+    void requestsSubmittedOnTheReaderThreadAreAllSentInOrder() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.REVERSE);
+             var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestsInFlight(8))) {
+            int chains = 8, steps = 25;
+            List<CompletableFuture<Void>> ends = new ArrayList<>();
+            List<ByteBuffer> lastReads = new ArrayList<>();
+            for (int c = 0; c < chains; c++) {
+                CompletableFuture<Void> end = new CompletableFuture<>();
+                ends.add(end);
+                ByteBuffer buf = ByteBuffer.allocateDirect(4096);
+                lastReads.add(buf);
+                chain(client, c, 0, steps, buf, end);
+            }
+            CompletableFuture.allOf(ends.toArray(CompletableFuture[]::new)).get(30, TimeUnit.SECONDS);
+            // Each chain's writes went out in its order: the last one written is what a read now sees.
+            for (int c = 0; c < chains; c++) {
+                ByteBuffer back = ByteBuffer.allocateDirect(512);
+                client.blocking().read((1L << 20) + c * 512L, back);
+                assertThat(back.get(0)).as("chain %d", c).isEqualTo((byte) (steps - 1));
+            }
+            assertThat(offsetsReceived(server, Nbd.CMD_READ)).hasSizeGreaterThanOrEqualTo(chains * steps);
+        }
+    }
+
+    /** One step of a chain: a read, and from its callback (on the reader thread) a write and the next step. */
+    private static void chain(NbdClient client, int c, int step, int steps, ByteBuffer buf,
+                              CompletableFuture<Void> end) {
+        long offset = ((long) (c * steps + step) * 4096) % (SIZE / 2);
+        client.read(offset, buf.clear()).whenComplete((v, e) -> {
+            if (e != null) {
+                end.completeExceptionally(e);
+                return;
+            }
+            ByteBuffer w = ByteBuffer.allocateDirect(512);
+            for (int i = 0; i < 512; i++) w.put(i, (byte) step);
+            client.write((1L << 20) + c * 512L, w, false);
+            if (step + 1 == steps) end.complete(null);
+            else chain(client, c, step + 1, steps, buf, end);
+        });
+    }
+
+    @Test
+    void aReaderThreadCallbackSubmittingOnADeadConnectionFailsRatherThanWaits() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var server = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.DROP);
+             var client = NbdClient.connect(server.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ZERO))) {
+            CompletableFuture<CompletableFuture<Void>> next = new CompletableFuture<>();
+            client.read(0, ByteBuffer.allocateDirect(4096)).whenComplete((v, e) ->
+                next.complete(client.read(4096, ByteBuffer.allocateDirect(4096))));
+            // The first read's failure runs the callback, whose read must fail too rather than wait forever.
+            assertThatThrownBy(() -> next.get(10, TimeUnit.SECONDS).get(10, TimeUnit.SECONDS))
+                .hasCauseInstanceOf(NbdConnectionException.class);
+        }
+    }
+
     @Test
     void submittingWhileAnotherThreadsLargeWriteIsStuckReturnsAtOnce() throws Exception {
         try (var server = new FakeNbdServer(new byte[SIZE], FakeNbdServer.Mode.GATED);
