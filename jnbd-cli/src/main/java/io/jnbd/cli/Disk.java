@@ -136,13 +136,18 @@ sealed interface Disk extends AutoCloseable {
         public CompletableFuture<Void> write(long offset, ByteBuffer src) {
             if (behind != null) return behind.write(channel, offset, src);
             try {
-                ByteBuffer b = src.duplicate();
-                while (b.hasRemaining()) channel.write(b, offset + b.position() - src.position());
-                src.position(src.limit());
+                writeFully(channel, offset, src);
                 return CompletableFuture.completedFuture(null);
             } catch (IOException e) {
                 return CompletableFuture.failedFuture(e);
             }
+        }
+
+        /** Writes {@code src} (position to limit) at {@code offset}, then moves its position to the limit. */
+        static void writeFully(FileChannel channel, long offset, ByteBuffer src) throws IOException {
+            ByteBuffer b = src.duplicate();
+            while (b.hasRemaining()) channel.write(b, offset + b.position() - src.position());
+            src.position(src.limit());
         }
 
         public CompletableFuture<Void> zero(long offset, long length) {

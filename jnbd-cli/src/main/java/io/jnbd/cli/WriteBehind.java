@@ -58,10 +58,8 @@ final class WriteBehind implements AutoCloseable {
         return CompletableFuture.runAsync(() -> {
             try {
                 int n = src.remaining();
-                ByteBuffer b = src.duplicate();
-                while (b.hasRemaining()) channel.write(b, offset + (b.position() - src.position()));
+                Disk.Local.writeFully(channel, offset, src);
                 written(offset, n);
-                src.position(src.limit());
             } catch (IOException e) {
                 throw new CompletionException(e);
             }

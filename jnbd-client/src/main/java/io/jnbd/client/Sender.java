@@ -104,8 +104,7 @@ final class Sender {
             corked.add(p);
             return;
         }
-        // A file's payload may have to come from the disk first: never on the submitting thread.
-        if ((!p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD)) && !Thread.currentThread().isVirtual()
+        if (smallEnoughInline(p) && !Thread.currentThread().isVirtual()
                 && queue.isEmpty() && lock.tryLock()) {
             try {
                 if (queue.isEmpty() && unanswered.get() + p.wireBytes() <= inlineBudget && window.tryAcquire()) {
@@ -132,8 +131,7 @@ final class Sender {
             try {
                 long bytes = unanswered.get();
                 for (Pending p; queue.isEmpty() && (p = corked.peek()) != null; ) {
-                    boolean small = !p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD);
-                    if (!small || bytes + p.wireBytes() > inlineBudget || !window.tryAcquire()) break;
+                    if (!smallEnoughInline(p) || bytes + p.wireBytes() > inlineBudget || !window.tryAcquire()) break;
                     corked.poll();
                     batch.add(p);
                     bytes += p.wireBytes();
@@ -187,6 +185,14 @@ final class Sender {
             batch.clear();
             batchBuffers.clear();
         }
+    }
+
+    /**
+     * No payload, or a small one in memory: a file's payload may have to come from the disk first, so it is
+     * never written on a submitting (or the reader) thread.
+     */
+    private static boolean smallEnoughInline(Pending p) {
+        return !p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD);
     }
 
     /** A request that timed out while queued: drop it now rather than when it reaches the head. */
