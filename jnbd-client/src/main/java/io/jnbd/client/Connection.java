@@ -103,6 +103,43 @@ final class Connection {
         return submit(new Pending(Nbd.CMD_WRITE, flags, offset, length, null, file, nextCookie.getAndIncrement()));
     }
 
+    /** Submits a READ whose data goes to {@code sink} chunk by chunk, as {@link #submit(int, int, long, long, ByteBuffer)}. */
+    CompletableFuture<Object> submitRead(long offset, long length, ReadSink sink) {
+        return submit(new Pending(Nbd.CMD_READ, 0, offset, length, null, null, sink, nextCookie.getAndIncrement()));
+    }
+
+    /**
+     * Sends a WRITE whose payload {@code streamer} puts into the socket, now, on the calling thread (see
+     * {@link Sender#writeNow}); returns its future and whether the payload was taken.
+     */
+    CompletableFuture<Object> writeNow(int flags, long offset, long length, Sender.Streamer streamer, boolean[] taken)
+            throws java.io.IOException {
+        Pending p = new Pending(Nbd.CMD_WRITE, flags, offset, length, null, null, nextCookie.getAndIncrement());
+        p.deadline = System.nanoTime() + requestTimeoutNanos;
+        taken[0] = failure == null && sender.writeNow(p, streamer);
+        if (!taken[0]) abandon(p);
+        return p.future;
+    }
+
+    /** Gives a request that was never sent the connection's failure, or a timeout, unless it has an outcome. */
+    void abandon(Pending p) {
+        NbdException why = failure;
+        if (why == null) {
+            why = new NbdTimeoutException(p.describe() + " to " + peer + " was not sent within "
+                + TimeUnit.NANOSECONDS.toMillis(requestTimeoutNanos) + " ms: all request slots stayed taken");
+        }
+        if (p.settle(why) == Pending.Settled.UNSENT) deliver(p, why);
+    }
+
+    boolean pastDeadline(Pending p) {
+        return requestTimeoutNanos > 0 && System.nanoTime() - p.deadline >= 0;
+    }
+
+    /** Whether this connection can be spliced from or into: a plain socket with a descriptor to hand. */
+    boolean spliceable() {
+        return transport instanceof Transport.Plain && Splice.AVAILABLE && Splice.fd(transport.socket) >= 0;
+    }
+
     private CompletableFuture<Object> submit(Pending p) {
         NbdException dead = failure;
         if (dead != null) {

@@ -190,6 +190,57 @@ public final class NbdClient implements AutoCloseable {
     }
 
     /**
+     * Reads {@code length} bytes at {@code offset}, handing the data to {@code sink} chunk by chunk as it
+     * arrives instead of placing it into a buffer (see {@link ReadSink}). The future completes once every
+     * chunk of the reply has been handed over; the sink is not called after that.
+     */
+    public CompletableFuture<Void> read(long offset, long length, ReadSink sink) {
+        checkRange("read", offset, length);
+        if (length == 0) return CompletableFuture.completedFuture(null);
+        List<CompletableFuture<Object>> parts = new ArrayList<>();
+        for (long done = 0; done < length; ) {
+            long n = Math.min(maxRequest, length - done);
+            parts.add(pick().submitRead(offset + done, n, sink));
+            done += n;
+        }
+        return all(parts);
+    }
+
+    /**
+     * Whether a {@link ReadSink.Payload} of this client's reads can be spliced into {@code dst}: both are plain
+     * (not TLS) connections whose sockets this process may splice, and they are different clients (a client
+     * splicing into itself could wait on its own replies).
+     */
+    public boolean canSpliceTo(NbdClient dst) {
+        return dst != this && !dst.info.readOnly() && dst.cache == null
+            && connections.stream().allMatch(Connection::spliceable)
+            && dst.connections.stream().allMatch(Connection::spliceable);
+    }
+
+    /** Whether a write of {@code length} bytes at {@code offset} goes to the server as one request. */
+    public boolean canWriteInOne(long offset, long length) {
+        long min = info.minimumBlockSize();
+        return !info.readOnly() && offset >= 0 && length > 0 && length <= maxRequest && offset <= info.size() - length
+            && offset % min == 0 && (length % min == 0 || offset + length == info.size());
+    }
+
+    /** The destination side of {@link ReadSink.Payload#spliceTo}: one WRITE, its payload put into the socket by {@code streamer}. */
+    CompletableFuture<Void> writeSpliced(long offset, long length, Sender.Streamer streamer) throws IOException {
+        if (!canWriteInOne(offset, length)) {
+            throw new IllegalArgumentException("write of " + length + " bytes at offset " + offset
+                + " does not fit one request to " + uri);
+        }
+        invalidate(offset, length);
+        boolean[] taken = new boolean[1];
+        CompletableFuture<Object> f = pick().writeNow(0, offset, length, streamer, taken);
+        if (!taken[0]) {
+            throw new NbdConnectionException("could not pass " + length + " bytes on to " + uri + ": "
+                + f.handle((v, e) -> e == null ? "refused" : unwrap(e).getMessage()).getNow("no slot"), null);
+        }
+        return all(List.of(f));
+    }
+
+    /**
      * Writes {@code src.remaining()} bytes from its position at {@code offset}. On success the position has
      * been advanced to the limit by the time the future completes; on failure it is left where it was. The
      * buffer must not be modified until the future completes. With {@code fua} the data is on stable storage

@@ -57,6 +57,8 @@ final class Pending {
     final ByteBuffer data;
     /** A WRITE's payload when it comes from a file rather than {@link #data}: sent by the kernel (sendfile). */
     final FileRegion file;
+    /** Where a READ's data goes chunk by chunk instead of into {@link #data}; null for a buffered read. */
+    final ReadSink sink;
     final long cookie;
     final CompletableFuture<Object> future = new CompletableFuture<>();
     /** The whole request (and payload) is in the socket. */
@@ -77,14 +79,21 @@ final class Pending {
     private int error;
     private String errorMessage;
     private List<Extent> extents;
+    /** A failure of this side's (a read sink's), which fails the request whatever the server said. */
+    private Throwable localFailure;
 
     Pending(int type, int flags, long offset, long length, ByteBuffer data, FileRegion file, long cookie) {
+        this(type, flags, offset, length, data, file, null, cookie);
+    }
+
+    Pending(int type, int flags, long offset, long length, ByteBuffer data, FileRegion file, ReadSink sink, long cookie) {
         this.type = type;
         this.flags = flags;
         this.offset = offset;
         this.length = length;
         this.data = data;
         this.file = file;
+        this.sink = sink;
         this.cookie = cookie;
     }
 
@@ -208,6 +217,10 @@ final class Pending {
         }
     }
 
+    void recordLocalFailure(Throwable t) {
+        if (localFailure == null) localFailure = t;
+    }
+
     void addExtents(List<BlockStatusDescriptor> descriptors) {
         if (extents == null) extents = new ArrayList<>(descriptors.size());
         long at = offset + extents.stream().mapToLong(Extent::length).sum();
@@ -222,6 +235,7 @@ final class Pending {
 
     /** How the reply ended: the exception to fail the request with, else its result (null but for block status). */
     Object outcome() throws ProtocolException {
+        if (localFailure != null) return localFailure;
         if (error != 0) return serverError(error, errorMessage);
         if (type == Nbd.CMD_READ && coveredBytes != length) {
             throw new ProtocolException("reply to " + describe() + " ended after covering " + coveredBytes

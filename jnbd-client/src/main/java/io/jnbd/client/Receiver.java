@@ -48,7 +48,7 @@ final class Receiver {
     }
 
     void run() {
-        try {
+        try (Piped piped = payload) {
             while (true) readReply();
         } catch (ProtocolException e) {
             connection.fail(new NbdProtocolException("protocol violation by " + peer + ": " + e.getMessage() + "; connection closed"));
@@ -127,8 +127,17 @@ final class Receiver {
                 if (holeLength == 0) throw new ProtocolException("OFFSET_HOLE of length 0 for " + p.describe());
                 long at = p.placeChunk(offset, holeLength);
                 if (p.claim()) {
-                    zeroFill(p.data, p.data.position() + (int) at, (int) holeLength);
-                    connection.letGo(p);
+                    try {
+                        if (p.sink != null) {
+                            p.sink.zeroes(offset, holeLength);
+                        } else {
+                            zeroFill(p.data, p.data.position() + (int) at, (int) holeLength);
+                        }
+                    } catch (RuntimeException e) {
+                        p.recordLocalFailure(e);
+                    } finally {
+                        connection.letGo(p);
+                    }
                 }
             }
             case Nbd.REPLY_TYPE_BLOCK_STATUS -> {
@@ -173,19 +182,128 @@ final class Receiver {
     /** Reads {@code n} bytes of block data into the request's buffer at {@code at}, or discards them if settled. */
     private void receiveInto(Pending p, long at, int n) throws IOException {
         if (!p.claim()) {
-            int left = n;
-            while (left > 0) {
-                scratch.clear().limit(Math.min(left, scratch.capacity()));
-                readFully(scratch);
-                left -= scratch.limit();
-            }
+            discard(n);
             return;
         }
         try {
-            int start = p.data.position() + (int) at;
-            readFully(p.data.slice(start, n));
+            if (p.sink != null) {
+                payload.deliver(p, at, n);
+            } else {
+                int start = p.data.position() + (int) at;
+                readFully(p.data.slice(start, n));
+            }
         } finally {
             connection.letGo(p);
+        }
+    }
+
+    private void discard(long n) throws IOException {
+        for (long left = n; left > 0; ) {
+            scratch.clear().limit((int) Math.min(left, scratch.capacity()));
+            readFully(scratch);
+            left -= scratch.limit();
+        }
+    }
+
+    private final Piped payload = new Piped();
+
+    /**
+     * The one data chunk being handed to a {@link ReadSink}, reused for every chunk. Its bytes are partly in
+     * {@link #in} already (the read that brought the chunk's header brought the start of its data too), the rest
+     * still in the socket.
+     */
+    private final class Piped implements ReadSink.Payload, AutoCloseable {
+        private static final int PEEK_MAX = 4096;
+        private int length;
+        private long left;
+        private boolean active;
+        /** The pipe a splice goes through; made on first use, by and for this reader thread. */
+        private Splice pipe;
+
+        void deliver(Pending p, long at, int n) throws IOException {
+            length = n;
+            left = n;
+            active = true;
+            try {
+                p.sink.data(p.offset + at, n, this);
+            } catch (IOException | RuntimeException e) {
+                // Part of the payload consumed and the rest unknown: the stream cannot be followed any more.
+                if (left != 0 && left != length) throw e instanceof IOException io ? io : new IOException(e);
+                p.recordLocalFailure(e);
+            } finally {
+                active = false;
+            }
+            if (left > 0) discard(left);
+        }
+
+        private void check() {
+            if (!active) throw new IllegalStateException("a read's payload is only valid during ReadSink.data");
+        }
+
+        @Override
+        public void peek(ByteBuffer dst) throws IOException {
+            check();
+            if (left != length) throw new IllegalStateException("peek after part of the payload was consumed");
+            int k = (int) Math.min(Math.min(dst.remaining(), PEEK_MAX), left);
+            if (in.remaining() < k) {
+                in.compact();
+                connection.uncork();
+                while (in.position() < k) {
+                    if (transport.read(in) < 0) {
+                        in.flip();
+                        throw new EOFException();
+                    }
+                }
+                in.flip();
+            }
+            dst.put(in.slice(in.position(), k));
+        }
+
+        @Override
+        public void readFully(ByteBuffer dst) throws IOException {
+            check();
+            if (dst.remaining() != left) {
+                throw new IllegalArgumentException("buffer has " + dst.remaining() + " bytes left, the payload " + left);
+            }
+            Receiver.this.readFully(dst);
+            left = 0;
+        }
+
+        @Override
+        public java.util.concurrent.CompletableFuture<Void> spliceTo(NbdClient dst, long dstOffset) throws IOException {
+            check();
+            if (left != length) throw new IllegalStateException("splice after part of the payload was consumed");
+            return dst.writeSpliced(dstOffset, length, this::stream);
+        }
+
+        /** Writes the request header, then the payload: what {@link #in} holds of it, then the rest by splice. */
+        private void stream(java.nio.channels.SocketChannel to, ByteBuffer header) throws IOException {
+            int buffered = (int) Math.min(in.remaining(), left);
+            ByteBuffer[] both = {header, in.slice(in.position(), buffered)};
+            while (both[1].hasRemaining() || header.hasRemaining()) to.write(both);
+            in.position(in.position() + buffered);
+            left -= buffered;
+            if (left == 0) return;
+            if (pipe == null) pipe = Splice.open();
+            int from = Splice.fd(transport.socket);
+            int toFd = Splice.fd(to);
+            if (from < 0 || toFd < 0) throw new IOException("no descriptor for splice");
+            long n = left;
+            left = -1; // from here on a failure leaves both streams in the middle of the payload
+            try {
+                connection.uncork();
+                pipe.transfer(from, toFd, n);
+                left = 0;
+            } catch (IOException e) {
+                pipe.close();
+                pipe = null;
+                throw e;
+            }
+        }
+
+        @Override
+        public void close() {
+            if (pipe != null) pipe.close();
         }
     }
 

@@ -195,6 +195,59 @@ final class Sender {
         return !p.hasPayload() || (p.file == null && p.length <= INLINE_MAX_PAYLOAD);
     }
 
+    /** Writes a request's header and then its payload from elsewhere, straight into the socket. */
+    interface Streamer {
+        void stream(java.nio.channels.SocketChannel to, ByteBuffer header) throws IOException;
+    }
+
+    /**
+     * Writes {@code p}, a WRITE whose payload {@code streamer} puts into the socket, on the calling thread and
+     * before returning: for a payload that is only available now, such as another connection's reply being
+     * spliced across. Waits for a slot and for the socket (behind other writers). Returns whether the streamer
+     * ran; if not, the request has been given its outcome (a dead connection, a timeout) and nothing was sent.
+     * If the streamer fails, so does this connection (it is left in the middle of a payload), and the
+     * exception is passed on. Not on this connection's own reader thread, whose replies free the slots.
+     */
+    boolean writeNow(Pending p, Streamer streamer) throws IOException {
+        try {
+            while (!window.tryAcquire(10, TimeUnit.MILLISECONDS)) {
+                if (!connection.alive() || connection.pastDeadline(p)) {
+                    connection.abandon(p);
+                    return false;
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            connection.abandon(p);
+            throw new java.io.InterruptedIOException("interrupted while waiting to send " + p.describe());
+        }
+        lock.lock();
+        try {
+            if (!p.startSending()) {
+                window.release();
+                return false;
+            }
+            unanswered.addAndGet(p.wireBytes());
+            try {
+                if (!connection.register(p)) return false;
+                header.clear();
+                new Request(p.flags, p.type, p.cookie, p.offset, p.length).encode(header);
+                header.flip();
+                streamer.stream(transport.socket, header);
+                p.sent = true;
+                return true;
+            } catch (IOException | RuntimeException e) {
+                connection.fail(new NbdConnectionException("connection to " + connection.peer() + " failed while sending "
+                    + p.describe() + ": " + e.getMessage(), e));
+                throw e;
+            } finally {
+                connection.letGo(p);
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** A request that timed out while queued: drop it now rather than when it reaches the head. */
     void forget(Pending p) {
         if (queue.remove(p)) queued.decrementAndGet();

@@ -59,8 +59,17 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         return null;
     }
 
-    /** Closes the socket, which also ends a read or write blocked in it on another thread. */
+    /**
+     * Closes the socket, which also ends a read or write blocked in it on another thread: the JDK's own calls
+     * through close, a splice (which the JDK does not know about) through the shutdown.
+     */
     final void close() {
+        try {
+            socket.shutdownInput();
+            socket.shutdownOutput();
+        } catch (IOException | RuntimeException ignored) {
+            // Not connected any more: nothing to wake.
+        }
         try {
             socket.close();
         } catch (IOException ignored) {

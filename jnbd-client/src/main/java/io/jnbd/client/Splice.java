@@ -1,0 +1,168 @@
+package io.jnbd.client;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.StructLayout;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.VarHandle;
+import java.nio.channels.SocketChannel;
+
+/**
+ * Moves bytes from one socket to another inside the kernel: {@code splice(2)} from the source socket into a
+ * pipe, then from the pipe into the destination socket. Received pages are passed along by reference, so a
+ * copy between two servers costs neither the copy out of the kernel into a buffer nor the copy back in.
+ *
+ * <p>Needs native access and {@code --add-exports java.base/sun.nio.ch=ALL-UNNAMED} (for the sockets'
+ * descriptors), both of which {@code bin/jnbd} gives; without them {@link #AVAILABLE} is false and callers
+ * keep to buffers. Loaded only when a caller asks, so that a library user who never splices is never warned
+ * about native access.
+ */
+final class Splice implements AutoCloseable {
+
+    static final boolean AVAILABLE;
+    private static final MethodHandle SPLICE;
+    private static final MethodHandle PIPE2;
+    private static final MethodHandle FCNTL;
+    private static final MethodHandle CLOSE;
+    private static final java.lang.reflect.Method FD_VAL;
+    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
+    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+
+    private static final int SPLICE_F_MOVE = 1;
+    private static final int SPLICE_F_MORE = 4;
+    private static final int O_CLOEXEC = 0x80000;
+    private static final int F_SETPIPE_SZ = 1031;
+    private static final int EINTR = 4;
+    /** The most a pipe may hold without privileges on a default system (/proc/sys/fs/pipe-max-size). */
+    private static final int PIPE_SIZE = 1 << 20;
+
+    static {
+        MethodHandle splice = null, pipe2 = null, fcntl = null, close = null;
+        java.lang.reflect.Method fdVal = null;
+        boolean ok = false;
+        try {
+            Linker linker = Linker.nativeLinker();
+            Linker.Option errno = Linker.Option.captureCallState("errno");
+            var lookup = linker.defaultLookup();
+            ValueLayout.OfInt i = ValueLayout.JAVA_INT;
+            ValueLayout.OfLong l = ValueLayout.JAVA_LONG;
+            splice = linker.downcallHandle(lookup.find("splice").orElseThrow(),
+                FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, i, ValueLayout.ADDRESS, l, i), errno);
+            pipe2 = linker.downcallHandle(lookup.find("pipe2").orElseThrow(),
+                FunctionDescriptor.of(i, ValueLayout.ADDRESS, i), errno);
+            fcntl = linker.downcallHandle(lookup.find("fcntl").orElseThrow(),
+                FunctionDescriptor.of(i, i, i, i), Linker.Option.firstVariadicArg(2));
+            close = linker.downcallHandle(lookup.find("close").orElseThrow(), FunctionDescriptor.of(i, i));
+            fdVal = Class.forName("sun.nio.ch.SelChImpl").getMethod("getFDVal");
+            ok = true;
+        } catch (Throwable e) {
+            // No native access, no such call, or sun.nio.ch not exported: buffers it is.
+        }
+        SPLICE = splice;
+        PIPE2 = pipe2;
+        FCNTL = fcntl;
+        CLOSE = close;
+        FD_VAL = fdVal;
+        AVAILABLE = ok;
+    }
+
+    private final int readEnd;
+    private final int writeEnd;
+    private final int capacity;
+    private final Arena arena = Arena.ofShared();
+    private final MemorySegment state = arena.allocate(CAPTURE);
+
+    private Splice(int readEnd, int writeEnd, int capacity) {
+        this.readEnd = readEnd;
+        this.writeEnd = writeEnd;
+        this.capacity = capacity;
+    }
+
+    /** A pipe to splice through, as large as the system allows an unprivileged process. */
+    static Splice open() throws IOException {
+        if (!AVAILABLE) throw new IOException("splice is not available (no native access)");
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment fds = a.allocate(ValueLayout.JAVA_INT, 2);
+            MemorySegment st = a.allocate(CAPTURE);
+            if ((int) PIPE2.invokeExact(st, fds, O_CLOEXEC) != 0) throw error("pipe2", (int) ERRNO.get(st, 0L));
+            int r = fds.getAtIndex(ValueLayout.JAVA_INT, 0);
+            int w = fds.getAtIndex(ValueLayout.JAVA_INT, 1);
+            int size = (int) FCNTL.invokeExact(w, F_SETPIPE_SZ, PIPE_SIZE);
+            return new Splice(r, w, size > 0 ? size : 64 * 1024);
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable e) {
+            throw new IOException("pipe2: " + e, e);
+        }
+    }
+
+    /** The descriptor behind a JDK socket channel, or -1. */
+    static int fd(SocketChannel channel) {
+        if (FD_VAL == null) return -1;
+        try {
+            return (int) FD_VAL.invoke(channel);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return -1;
+        }
+    }
+
+    /**
+     * Moves exactly {@code length} bytes from socket {@code from} to socket {@code to}, both in blocking mode.
+     * Fails if the source ends first or either side fails; the pipe is then left unusable (close it).
+     * {@code more}: more bytes of the same message follow on {@code to}, so the kernel need not push a
+     * short segment at the end.
+     */
+    void transfer(int from, int to, long length) throws IOException {
+        for (long left = length; left > 0; ) {
+            long in = call(from, writeEnd, Math.min(left, capacity), SPLICE_F_MOVE | SPLICE_F_MORE, "splice from the source");
+            if (in == 0) throw new EOFException("the source closed the connection with " + left + " bytes of a reply still to come");
+            left -= in;
+            for (long out = in; out > 0; ) {
+                out -= call(readEnd, to, out, SPLICE_F_MOVE | (left > 0 ? SPLICE_F_MORE : 0), "splice to the destination");
+            }
+        }
+    }
+
+    private long call(int in, int out, long n, int flags, String what) throws IOException {
+        while (true) {
+            long r;
+            try {
+                r = (long) SPLICE.invokeExact(state, in, MemorySegment.NULL, out, MemorySegment.NULL, n, flags);
+            } catch (Throwable e) {
+                throw new IOException(what + ": " + e, e);
+            }
+            if (r >= 0) return r;
+            int errno = (int) ERRNO.get(state, 0L);
+            if (errno != EINTR) throw error(what, errno);
+        }
+    }
+
+    private static IOException error(String what, int errno) {
+        String name = switch (errno) {
+            case 9 -> "EBADF (the connection was closed)";
+            case 11 -> "EAGAIN (the socket is in non-blocking mode)";
+            case 22 -> "EINVAL";
+            case 32 -> "EPIPE (the peer closed the connection)";
+            case 104 -> "ECONNRESET (connection reset by peer)";
+            default -> "errno " + errno;
+        };
+        return new IOException(what + " failed: " + name);
+    }
+
+    @Override
+    public void close() {
+        try {
+            int r1 = (int) CLOSE.invokeExact(readEnd);
+            int r2 = (int) CLOSE.invokeExact(writeEnd);
+        } catch (Throwable ignored) {
+            // Closing a pipe cannot usefully fail.
+        }
+        arena.close();
+    }
+}
