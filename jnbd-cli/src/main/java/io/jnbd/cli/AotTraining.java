@@ -31,7 +31,8 @@ final class AotTraining {
         for (String tool : new String[]{"info", "copy", "cmp", "bench"}) run(tool, "--help");
         Path dir = Files.createTempDirectory("jnbd-aot");
         Path file = dir.resolve("disk.img");
-        List<Export> exports = List.of(ExportSpec.parse("disk=memory:4M").openExport());
+        List<Export> exports = List.of(ExportSpec.parse("disk=memory:4M").openExport(),
+            ExportSpec.parse("copy=memory:4M").openExport());
         try (NbdServer server = new NbdServer(new Exports(exports, "disk"), ServerConfig.defaults())) {
             var at = (InetSocketAddress) server.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
             String uri = "nbd://127.0.0.1:" + at.getPort() + "/disk";
@@ -44,6 +45,10 @@ final class AotTraining {
             Files.write(file, data, java.nio.file.StandardOpenOption.WRITE);
             run("copy", "--no-progress", file.toString(), uri);
             run("cmp", file.toString(), uri);
+            // Server to server: the splice path.
+            String other = "nbd://127.0.0.1:" + at.getPort() + "/copy";
+            run("copy", "--no-progress", uri, other);
+            run("cmp", uri, other);
         } finally {
             Files.deleteIfExists(file);
             Files.deleteIfExists(dir);

@@ -30,7 +30,9 @@ import picocli.CommandLine.Parameters;
         "The copy is sparse-aware. Ranges the source reports as zero (NBD block",
         "status) are not read: an NBD destination gets WRITE_ZEROES for them, a",
         "local file (created or truncated first) keeps them as holes. Data that",
-        "turns out to be all zeroes is treated the same way. Many requests stay in",
+        "turns out to be all zeroes is treated the same way (between two servers,",
+        "data whose first 4 KiB are zeroes is read and looked at whole; the rest",
+        "passes from socket to socket in the kernel). Many requests stay in",
         "flight: --requests per connection, --connections when the server allows",
         "multi-conn. A progress bar with the rate and the time left is drawn on",
         "stderr when stderr is a terminal.",
@@ -61,17 +63,22 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         description = "connections per NBD export, used when the server offers multi-conn (default: ${DEFAULT-VALUE})")
     int connections;
 
-    @Option(names = "--requests", paramLabel = "N", defaultValue = "16",
+    @Option(names = "--requests", paramLabel = "N", defaultValue = "32",
         description = "requests in flight per connection (default: ${DEFAULT-VALUE})")
     int requests;
 
-    @Option(names = "--request-size", paramLabel = "BYTES", defaultValue = "2097152",
+    @Option(names = "--request-size", paramLabel = "BYTES", defaultValue = "1048576",
         description = "bytes per read/write request (default: ${DEFAULT-VALUE})")
     int requestSize;
 
     @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "60",
         description = "fail a request that gets no reply within this time (default: ${DEFAULT-VALUE})")
     int timeoutSeconds;
+
+    @Option(names = "--splice", negatable = true, defaultValue = "true", fallbackValue = "true",
+        description = "between two NBD servers over plain connections, pass the data from socket to socket inside "
+            + "the kernel (splice) instead of through this process's memory (default: on)")
+    boolean splice;
 
     @Option(names = "--progress", negatable = true,
         description = "draw a progress bar with rate and time left on stderr (default: only when stderr is a terminal)")
@@ -116,6 +123,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         int chunk = Math.max(align, requestSize / align * align);
         int window = Math.max(1, requests * connections);
         Semaphore slots = new Semaphore(window);
+        boolean spliced = splice && src instanceof Disk.Remote a && dst instanceof Disk.Remote b && a.client().canSpliceTo(b.client());
         BlockingQueue<ByteBuffer> buffers = new ArrayBlockingQueue<>(window);
         for (int i = 0; i < window; i++) buffers.add(ByteBuffer.allocateDirect(chunk));
 
@@ -138,7 +146,8 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                         ByteBuffer buf = buffers.take();
                         CompletableFuture<Void> f;
                         try {
-                            f = copyChunk(src, dst, pos, n, buf);
+                            f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buf)
+                                : copyChunk(src, dst, pos, n, buf);
                         } catch (RuntimeException ex) {
                             f = CompletableFuture.failedFuture(ex);
                         }
@@ -177,6 +186,47 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         return src.read(pos, buf).thenCompose(v -> {
             buf.flip(); // the read advanced the position over the data
             return allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf);
+        });
+    }
+
+    /**
+     * Copies one chunk between two servers: each data chunk of the source's reply goes on to the destination as
+     * a WRITE of its own whose payload the kernel splices from one socket to the other, unless its first 4 KiB
+     * are zeroes (then it is read into {@code buf} and looked at whole, as {@link #copyChunk} does). Runs on the
+     * source connection's reader thread; the result completes when the read and every write it made have.
+     */
+    private static CompletableFuture<Void> spliceChunk(Disk.Remote src, Disk.Remote dst, long pos, int n, ByteBuffer buf) {
+        java.util.List<CompletableFuture<Void>> writes = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+        CompletableFuture<Void> read = src.client().read(pos, n, new io.jnbd.client.ReadSink() {
+            @Override
+            public void data(long offset, int length, Payload payload) throws java.io.IOException {
+                ByteBuffer view = buf.slice((int) (offset - pos), length);
+                ByteBuffer head = view.slice(0, Math.min(length, PROBE));
+                payload.peek(head);
+                if (!allZero(head.flip()) && dst.client().canWriteInOne(offset, length)) {
+                    writes.add(payload.spliceTo(dst.client(), offset));
+                    return;
+                }
+                payload.readFully(view.duplicate());
+                writes.add(allZero(view) ? dst.zero(offset, length) : dst.write(offset, view));
+            }
+
+            @Override
+            public void zeroes(long offset, long length) {
+                writes.add(dst.zero(offset, length));
+            }
+        });
+        // Every write is waited for, even after a failure: until they end, they still use the buffer.
+        return read.handle((v, readError) -> readError).thenCompose(readError -> {
+            CompletableFuture<?>[] all;
+            synchronized (writes) {
+                all = writes.toArray(CompletableFuture[]::new);
+            }
+            return CompletableFuture.allOf(all).handle((v, writeError) -> {
+                Throwable e = readError != null ? readError : writeError;
+                if (e != null) throw new java.util.concurrent.CompletionException(unwrap(e));
+                return null;
+            });
         });
     }
 

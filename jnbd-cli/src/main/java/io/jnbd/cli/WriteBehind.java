@@ -28,8 +28,8 @@ import java.util.concurrent.TimeUnit;
  */
 final class WriteBehind implements AutoCloseable {
 
-    /** Ranges written and not yet waited for. With 2 MiB chunks, 32 MiB of writeback in flight. */
-    static final int WINDOW = 16;
+    /** Ranges written and not yet waited for. With copy's 1 MiB chunks, 32 MiB of writeback in flight. */
+    static final int WINDOW = 32;
 
     private final int fd;
     private final ArrayDeque<long[]> inFlight = new ArrayDeque<>();

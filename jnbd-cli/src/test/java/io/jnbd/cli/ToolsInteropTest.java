@@ -156,6 +156,55 @@ class ToolsInteropTest {
         assertThat(zeroed).isGreaterThan((long) ((1L << 30) * 0.5));
     }
 
+    /**
+     * Between two servers the data is spliced socket to socket (and, with --no-splice, passed through buffers):
+     * both copies exact, and data that reads as zeroes still reaches the destination as WRITE_ZEROES, since
+     * a chunk whose first 4 KiB are zeroes is read and looked at.
+     */
+    @Test
+    void copyBetweenTwoServersIsExactWithAndWithoutSplice(@TempDir Path dir) throws Exception {
+        Path file = dir.resolve("src.img");
+        byte[] data = new byte[48 << 20];
+        new java.util.Random(5).nextBytes(data);
+        java.util.Arrays.fill(data, 8 << 20, 16 << 20, (byte) 0); // written zeroes: allocated, so reported as data
+        Files.write(file, data);
+        Peer src = nbdkit("file", "file=" + file);
+        for (String splice : new String[]{"--splice", "--no-splice"}) {
+            Path stats = dir.resolve("stats" + splice + ".txt");
+            Peer dst = nbdkit("--filter=stats", "memory", "size=48M", "statsfile=" + stats);
+            Run r = Run.jnbd("copy", splice, src.uri(""), dst.uri(""));
+            assertThat(r.exit()).as(r.toString()).isZero();
+            Run cmp = Run.jnbd("cmp", file.toString(), dst.uri(""));
+            assertThat(cmp.exit()).as(splice + ": " + cmp).isZero();
+            dst.close();
+            String text = Files.readString(stats);
+            assertThat(bytesOf(text, "zero")).as(splice + " WRITE_ZEROES bytes").isGreaterThanOrEqualTo(8L << 20);
+            assertThat(bytesOf(text, "write")).as(splice + " WRITE bytes").isEqualTo((40L << 20));
+        }
+    }
+
+    /** A destination killed while data is being spliced into it: the copy fails at once, in one line. */
+    @Test
+    void destinationKilledMidSpliceEndsTheCopyPromptly(@TempDir Path dir) throws Exception {
+        Peer src = nbdkit("pattern", "size=1G");
+        Peer slow = nbdkit("--filter=delay", "memory", "size=1G", "wdelay=200ms");
+        Thread killer = Thread.ofPlatform().start(() -> {
+            try {
+                Thread.sleep(1500);
+                slow.kill();
+            } catch (InterruptedException ignored) {
+                // Test is over.
+            }
+        });
+        long start = System.nanoTime();
+        Run r = Run.jnbd("copy", src.uri(""), slow.uri(""));
+        Duration took = Duration.ofNanos(System.nanoTime() - start);
+        killer.join();
+        assertThat(r.exit()).as(r.toString()).isEqualTo(1);
+        assertThat(r.err()).contains("failed at offset", "copied").hasLineCount(1);
+        assertThat(took).isLessThan(Duration.ofSeconds(10));
+    }
+
     /** The byte count of the "read:" line, e.g. {@code read: 41 ops, 0.002 s, 77.93 MiB, ...}. */
     static long bytesRead(String stats) {
         return bytesOf(stats, "read");
