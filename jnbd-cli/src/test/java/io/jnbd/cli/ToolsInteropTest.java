@@ -29,6 +29,18 @@ class ToolsInteropTest {
         return p;
     }
 
+    /** Kills {@code peer} (SIGKILL, by PID) after {@code millis}, on a thread of its own, while a copy runs. */
+    private static Thread killAfter(Peer peer, long millis) {
+        return Thread.ofPlatform().start(() -> {
+            try {
+                Thread.sleep(millis);
+                peer.kill();
+            } catch (InterruptedException ignored) {
+                // Test is over.
+            }
+        });
+    }
+
     @AfterEach
     void stop() throws Exception {
         for (Peer p : peers) p.close();
@@ -104,14 +116,7 @@ class ToolsInteropTest {
     @Test
     void serverKilledMidCopyEndsTheCopyPromptly(@TempDir Path dir) throws Exception {
         Peer slow = nbdkit("--filter=delay", "pattern", "size=1G", "rdelay=200ms");
-        Thread killer = Thread.ofPlatform().start(() -> {
-            try {
-                Thread.sleep(1500);
-                slow.kill();
-            } catch (InterruptedException ignored) {
-                // Test is over.
-            }
-        });
+        Thread killer = killAfter(slow, 1500);
         long start = System.nanoTime();
         Run r = Run.jnbd("copy", slow.uri(""), dir.resolve("out.img").toString());
         Duration took = Duration.ofNanos(System.nanoTime() - start);
@@ -188,14 +193,7 @@ class ToolsInteropTest {
     void destinationKilledMidSpliceEndsTheCopyPromptly(@TempDir Path dir) throws Exception {
         Peer src = nbdkit("pattern", "size=1G");
         Peer slow = nbdkit("--filter=delay", "memory", "size=1G", "wdelay=200ms");
-        Thread killer = Thread.ofPlatform().start(() -> {
-            try {
-                Thread.sleep(1500);
-                slow.kill();
-            } catch (InterruptedException ignored) {
-                // Test is over.
-            }
-        });
+        Thread killer = killAfter(slow, 1500);
         long start = System.nanoTime();
         Run r = Run.jnbd("copy", src.uri(""), slow.uri(""));
         Duration took = Duration.ofNanos(System.nanoTime() - start);
