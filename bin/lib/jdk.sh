@@ -12,12 +12,17 @@ JNBD_MIN_JAVA=${JNBD_MIN_JAVA:-25}
 # file says it without starting a JVM, which costs 0.1 s a JDK (and bin/jnbd looks before every command);
 # only a java with no release file beside it is asked.
 jnbd_java_major() {
-  local java=$1 line version release
+  local java=$1 line version="" release
   [ -x "$java" ] || return 1
-  release=$(dirname "$(dirname "$java")")/release
-  if [ -f "$release" ] && line=$(grep -m1 -E '^JAVA_VERSION="[^"]+"' "$release"); then
-    version=${line#JAVA_VERSION=\"}
-  else
+  release=${java%/*/*}/release
+  if [ -f "$release" ]; then
+    while IFS= read -r line; do
+      case $line in
+        JAVA_VERSION=\"?*\"*) version=${line#JAVA_VERSION=\"}; break ;;
+      esac
+    done <"$release"
+  fi
+  if [ -z "$version" ]; then
     line=$("$java" -version 2>&1 | grep -m1 -E 'version "[^"]+"') || return 1
     version=${line#*version \"}
   fi
