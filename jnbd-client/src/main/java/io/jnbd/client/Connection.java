@@ -110,15 +110,15 @@ final class Connection {
 
     /**
      * Sends a WRITE whose payload {@code streamer} puts into the socket, now, on the calling thread (see
-     * {@link Sender#writeNow}); returns its future and whether the payload was taken.
+     * {@link Sender#writeNow}). Null if the payload was not taken (the connection is dead, or no slot came
+     * free before the request timeout); the caller still owns it then.
      */
-    CompletableFuture<Object> writeNow(int flags, long offset, long length, Sender.Streamer streamer, boolean[] taken)
-            throws java.io.IOException {
+    CompletableFuture<Object> writeNow(int flags, long offset, long length, Sender.Streamer streamer) throws java.io.IOException {
         Pending p = new Pending(Nbd.CMD_WRITE, flags, offset, length, null, null, nextCookie.getAndIncrement());
         p.deadline = System.nanoTime() + requestTimeoutNanos;
-        taken[0] = failure == null && sender.writeNow(p, streamer);
-        if (!taken[0]) abandon(p);
-        return p.future;
+        if (failure == null && sender.writeNow(p, streamer)) return p.future;
+        abandon(p);
+        return null;
     }
 
     /** Gives a request that was never sent the connection's failure, or a timeout, unless it has an outcome. */

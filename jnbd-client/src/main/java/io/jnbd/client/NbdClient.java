@@ -231,11 +231,11 @@ public final class NbdClient implements AutoCloseable {
                 + " does not fit one request to " + uri);
         }
         invalidate(offset, length);
-        boolean[] taken = new boolean[1];
-        CompletableFuture<Object> f = pick().writeNow(0, offset, length, streamer, taken);
-        if (!taken[0]) {
+        Connection c = pick();
+        CompletableFuture<Object> f = c.writeNow(0, offset, length, streamer);
+        if (f == null) {
             throw new NbdConnectionException("could not pass " + length + " bytes on to " + uri + ": "
-                + f.handle((v, e) -> e == null ? "refused" : unwrap(e).getMessage()).getNow("no slot"), null);
+                + (c.alive() ? "no request slot came free in time" : "the connection is lost"), null);
         }
         return all(List.of(f));
     }

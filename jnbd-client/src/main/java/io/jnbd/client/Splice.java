@@ -114,9 +114,8 @@ final class Splice implements AutoCloseable {
 
     /**
      * Moves exactly {@code length} bytes from socket {@code from} to socket {@code to}, both in blocking mode.
-     * Fails if the source ends first or either side fails; the pipe is then left unusable (close it).
-     * {@code more}: more bytes of the same message follow on {@code to}, so the kernel need not push a
-     * short segment at the end.
+     * Fails if the source ends first or either side fails; the pipe is then left unusable (close it). Every
+     * piece but the last is marked SPLICE_F_MORE, so that the kernel does not push a short segment between them.
      */
     void transfer(int from, int to, long length) throws IOException {
         for (long left = length; left > 0; ) {
@@ -158,8 +157,9 @@ final class Splice implements AutoCloseable {
     @Override
     public void close() {
         try {
-            int r1 = (int) CLOSE.invokeExact(readEnd);
-            int r2 = (int) CLOSE.invokeExact(writeEnd);
+            // invokeExact needs the int result taken; close(2) of a pipe end has nothing useful to report.
+            int unusedRead = (int) CLOSE.invokeExact(readEnd);
+            int unusedWrite = (int) CLOSE.invokeExact(writeEnd);
         } catch (Throwable ignored) {
             // Closing a pipe cannot usefully fail.
         }
