@@ -60,6 +60,12 @@ final class MemServerLink {
     private final AtomicInteger inFlight = new AtomicInteger();
     /** Extents that have (or had) a replica on this server since its incarnation began. */
     final Set<Integer> extentsHeld = ConcurrentHashMap.newKeySet();
+    /**
+     * Trims of copies no longer referenced, by extent, until the server answers them. A later copy of the same
+     * extent here lives at the same offsets, and its writes may travel on another connection of the session and
+     * overtake the trim: they wait for it instead.
+     */
+    private final ConcurrentHashMap<Integer, CompletableFuture<Void>> discards = new ConcurrentHashMap<>();
     private long lastIncarnation;
     private int nextGeneration = 1;
     private volatile boolean closed;
@@ -117,6 +123,19 @@ final class MemServerLink {
     void credit(long bytes) {
         long f = free;
         if (f >= 0) free = f + bytes;
+    }
+
+    /** Records a trim that discards this server's copy of {@code extent}; see {@link #discarded}. */
+    void discarding(int extent, CompletableFuture<?> trim) {
+        CompletableFuture<Void> answered = trim.handle((v, x) -> null);
+        CompletableFuture<Void> pending = discards.merge(extent, answered, (a, b) -> CompletableFuture.allOf(a, b));
+        pending.whenComplete((v, x) -> discards.remove(extent, pending));
+    }
+
+    /** Completes (never exceptionally) once every discard of {@code extent} sent here so far has been answered. */
+    CompletableFuture<Void> discarded(int extent) {
+        CompletableFuture<Void> pending = discards.get(extent);
+        return pending != null ? pending : CompletableFuture.completedFuture(null);
     }
 
     int inFlight() {

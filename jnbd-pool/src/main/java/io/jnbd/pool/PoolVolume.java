@@ -177,7 +177,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         return cache == null ? change : change.whenComplete((v, e) -> cache.invalidate(offset, length));
     }
 
-    /** Discards a range; the memory servers free the pages. An extent trimmed whole is unplaced, and reads as zeroes. */
+    /** Discards a range; the memory servers free the pages. An extent trimmed whole is retired, and reads as zeroes. */
     public CompletableFuture<Void> trim(long offset, long length) {
         check(offset, length);
         if (cache != null) cache.invalidate(offset, length);
@@ -264,8 +264,19 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
             return CompletableFuture.failedFuture(ex);
         }
         long from = pos - e.start;
-        return e.gate.acquire(from, from + src.remaining())
-            .thenCompose(t -> fanOut(e, pos, src, src.remaining()).whenComplete((v, x) -> e.gate.release(t)));
+        return e.gate.acquire(from, from + src.remaining()).thenCompose(t -> {
+            if (extents.get(idx) != e) {
+                // Trimmed whole or abandoned while this waited: the write goes to the extent placed anew.
+                e.gate.release(t);
+                return writeExtent(idx, pos, src);
+            }
+            return fanOut(e, pos, src, src.remaining()).whenComplete((v, x) -> e.gate.release(t));
+        }).exceptionallyCompose(x -> {
+            Throwable cause = unwrap(x);
+            boolean full = cause instanceof PoolException pe && pe.error() == Nbd.ENOSPC;
+            return (full ? abandonIfUnwritten(e) : CompletableFuture.<Void>completedFuture(null))
+                .thenCompose(v -> CompletableFuture.failedFuture(cause));
+        });
     }
 
     private CompletableFuture<Void> trimExtent(int idx, long pos, long length) {
@@ -273,9 +284,15 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         if (e == null) return CompletableFuture.completedFuture(null);
         long from = pos - e.start;
         boolean whole = from == 0 && length == extentLength(e);
-        return e.gate.acquire(from, from + length).thenCompose(t -> fanOut(e, pos, null, length).thenRun(() -> {
-            if (whole && extents.compareAndSet(idx, e, null)) unplaced(e);
-        }).whenComplete((v, x) -> e.gate.release(t)));
+        return e.gate.acquire(from, from + length).thenCompose(t -> {
+            if (extents.get(idx) != e) {
+                e.gate.release(t);
+                return trimExtent(idx, pos, length);
+            }
+            return fanOut(e, pos, null, length).thenRun(() -> {
+                if (whole) retire(e);
+            }).whenComplete((v, x) -> e.gate.release(t));
+        });
     }
 
     long extentLength(Extent e) {
@@ -303,8 +320,12 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         List<CompletableFuture<Void>> sent = new ArrayList<>();
         for (int i = 0; i < targets.size(); i++) {
             MemServerLink.Session s = sessions.get(i);
-            sent.add(targets.get(i).link.call(() -> data != null ? s.data().write(pos, data.duplicate(), false)
-                : s.data().trim(pos, length, false)));
+            MemServerLink link = targets.get(i).link;
+            java.util.function.Supplier<CompletableFuture<Void>> send =
+                () -> data != null ? s.data().write(pos, data.duplicate(), false) : s.data().trim(pos, length, false);
+            // An earlier copy of this extent there may still be being discarded: after that, never before.
+            CompletableFuture<Void> discarded = link.discarded(e.index);
+            sent.add(discarded.isDone() ? link.call(send) : discarded.thenCompose(v -> link.call(send)));
         }
         return CompletableFuture.allOf(sent.stream().map(f -> f.exceptionally(x -> null)).toArray(CompletableFuture[]::new))
             .thenCompose(v -> judge(e, targets, sessions, sent, data != null));
@@ -341,7 +362,6 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         }
         if (write && full > 0 && full == failed) {
             // The store allocates all or nothing, so each refusing replica is as it was: they still agree.
-            if (!e.written) abandonFresh(e);
             return CompletableFuture.failedFuture(new PoolException(Nbd.ENOSPC, "no room for " + e + " on its memory servers"));
         }
         if (e.readableCount() == 0) lose(e, "its last replica failed a write");
@@ -389,22 +409,39 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         }
     }
 
-    /** A new extent whose first write no server could take: it leaves nothing behind and is not placed. */
-    private void abandonFresh(Extent e) {
-        if (!extents.compareAndSet(e.index, e, null)) return;
-        unplaced(e);
+    /**
+     * A new extent that no write has reached (its first ones found no room): it leaves nothing behind and is not
+     * placed, so that the next write may find room elsewhere. Waits for the whole range, so no write to it is in
+     * flight.
+     */
+    private CompletableFuture<Void> abandonIfUnwritten(Extent e) {
+        if (e.written || extents.get(e.index) != e) return CompletableFuture.completedFuture(null);
+        return e.gate.acquire(0, extentLength(e)).thenAccept(t -> {
+            try {
+                if (!e.written) retire(e);
+            } finally {
+                e.gate.release(t);
+            }
+        });
     }
 
-    /** Frees an extent's copies that are no longer referenced. */
-    private void unplaced(Extent e) {
+    /**
+     * Takes an extent out of the table; the caller holds its whole range. Its copies' discards are recorded with
+     * their servers before the slot is freed, so that the writes of the next placement there wait for them.
+     */
+    private void retire(Extent e) {
+        if (extents.get(e.index) != e) return;
         for (Replica r : e.replicas()) discardCopy(e, r);
+        extents.compareAndSet(e.index, e, null);
     }
 
     /** Trims a copy that is no longer (or never was) a replica, so it does not hold its server's memory. */
     void discardCopy(Extent e, Replica r) {
         MemServerLink.Session s = r.link.session();
         if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
-        r.link.call(() -> s.data().trim(e.start, extentLength(e), false)).whenComplete((v, x) -> {
+        CompletableFuture<Void> trim = r.link.call(() -> s.data().trim(e.start, extentLength(e), false));
+        r.link.discarding(e.index, trim);
+        trim.whenComplete((v, x) -> {
             if (x != null) return;
             r.link.credit(extentLength(e));
             if (!holdsElsewhere(e.index, r.link)) r.link.extentsHeld.remove(e.index);

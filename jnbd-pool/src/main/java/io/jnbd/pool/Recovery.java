@@ -166,6 +166,12 @@ final class Recovery implements AutoCloseable {
         MemServerLink.Session ts = target.link.session();
         if (ts == null || ts.generation() != target.generation) return false;
         try {
+            // An older copy's discard still on its way could land on the new copy: it goes first.
+            await(target.link.discarded(e.index), timeout);
+        } catch (Exception ex) {
+            return false; // unanswered for longer than its own request may take: try again later
+        }
+        try {
             // Cleared before it receives writes: a stale copy, or whatever an older replica there left.
             await(target.link.call(() -> ts.data().trim(e.start, len, false)), timeout);
         } catch (Exception ex) {
