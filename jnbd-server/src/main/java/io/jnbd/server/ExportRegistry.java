@@ -46,6 +46,12 @@ public interface ExportRegistry {
     default void detached(Export export, String peer) {}
 
     /**
+     * Asks to be told each name that no export carries any more (its last export of that name closed), so that
+     * what is kept by name, such as metric series, can go too. A registry whose exports never go never calls it.
+     */
+    default void whenGone(java.util.function.Consumer<String> listener) {}
+
+    /**
      * The export exists but this client may not have it; the message says why ({@code NBD_REP_ERR_POLICY}).
      * {@link #tlsMayAdmit}: a client without TLS might be admitted once it has it ({@code NBD_REP_ERR_TLS_REQD}).
      */

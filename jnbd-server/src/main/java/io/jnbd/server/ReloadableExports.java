@@ -34,6 +34,7 @@ public final class ReloadableExports implements ExportRegistry {
     private final Map<Backend, Integer> users = new IdentityHashMap<>();
     private final Map<Backend, Retired> retired = new IdentityHashMap<>();
     private boolean stopped;
+    private volatile java.util.function.Consumer<String> gone = name -> {};
 
     public ReloadableExports(Exports initial, Duration grace) {
         this.current = initial;
@@ -112,6 +113,11 @@ public final class ReloadableExports implements ExportRegistry {
     }
 
     @Override
+    public void whenGone(java.util.function.Consumer<String> listener) {
+        gone = listener;
+    }
+
+    @Override
     public void attached(Export export, String peer) {
         synchronized (lock) {
             users.merge(export.backend(), 1, Integer::sum);
@@ -150,6 +156,16 @@ public final class ReloadableExports implements ExportRegistry {
             } catch (IOException ex) {
                 log.error("export '{}': flush on close failed: {}", e.name(), ex.toString());
             }
+            if (!named(e.name())) gone.accept(e.name());
+        }
+    }
+
+    /** Some export of the current set, or a retired one still open, is called {@code name}. */
+    private boolean named(String name) {
+        synchronized (lock) {
+            for (Export e : current.all()) if (e.name().equals(name)) return true;
+            for (Retired r : retired.values()) if (r.export().name().equals(name)) return true;
+            return false;
         }
     }
 }

@@ -89,6 +89,21 @@ public final class ServerStats {
         return exports.computeIfAbsent(name, n -> new ExportStats(n, this));
     }
 
+    /** An export that no longer exists: its series leave the scrape and its counters the log line. */
+    synchronized void forget(String name) {
+        ExportStats gone = exports.remove(name);
+        if (gone == null) return;
+        // The log line's rates are differences of sums over the exports: what this one counted leaves both, so
+        // the interval keeps its part of it.
+        lastRequests -= gone.requests();
+        lastRead -= gone.bytes(Nbd.CMD_READ);
+        lastWritten -= gone.bytes(Nbd.CMD_WRITE);
+        for (var family : List.of(requests, bytes, errors, splitReads, splitReadChunks, splitWrites, merges,
+                mergedRequests, exportConnections)) {
+            family.removeIf(labels -> labels.getFirst().equals(name));
+        }
+    }
+
     void refusedAtLimit() {
         refusedLimit.inc();
     }

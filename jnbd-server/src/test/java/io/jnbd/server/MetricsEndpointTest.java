@@ -55,6 +55,37 @@ class MetricsEndpointTest {
     }
 
     @Test
+    void anExportAReloadRemovedLeavesTheScrapeWhenItsLastClientHasGone() throws Exception {
+        Export a = new Export("a", "", new MemoryBackend(1 << 20)), b = new Export("b", "", new MemoryBackend(1 << 20));
+        var registry = new ReloadableExports(new Exports(List.of(a, b), null), java.time.Duration.ZERO);
+        NbdServer server = new NbdServer(registry, ServerConfig.defaults());
+        try (MetricsEndpoint endpoint = endpoint(server)) {
+            var address = server.listen(new InetSocketAddress("127.0.0.1", 0));
+            String bWrites = "jnbd_requests_total{command=\"write\",export=\"b\"}";
+            try (RawClient onA = RawClient.open(address, "a"); RawClient onB = RawClient.open(address, "b")) {
+                assertThat(onA.write(0, new byte[4096], 0)).isZero();
+                assertThat(onB.write(0, new byte[4096], 0)).isZero();
+                server.stats().report(1); // an interval of the stats log line starts here
+                registry.replace(new Exports(List.of(a), null));
+                assertThat(onB.write(4096, new byte[4096], 0)).isZero();
+                assertThat(MetricsScrape.of(endpoint.port()).value(bWrites)).as("b while its client is on").isEqualTo(2);
+                onB.disconnect();
+            }
+            long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
+            MetricsScrape s = MetricsScrape.of(endpoint.port());
+            while (s.text().contains("export=\"b\"") && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+                s = MetricsScrape.of(endpoint.port());
+            }
+            assertThat(s.text()).as("series of the removed export").doesNotContain("export=\"b\"");
+            assertThat(s.value("jnbd_requests_total{command=\"write\",export=\"a\"}")).isEqualTo(1);
+            assertThat(server.stats().report(1)).as("the interval: b's second write and its disconnect, nothing twice").startsWith("2 req/s");
+        } finally {
+            server.stop(java.time.Duration.ofSeconds(5));
+        }
+    }
+
+    @Test
     void aClientOverTheConnectionLimitIsCountedAsRefused() throws Exception {
         List<RawClient> clients = new ArrayList<>();
         var config = ServerConfig.defaults().withMaxConnections(1).withOperatorSlots(0);
