@@ -38,6 +38,13 @@ final class SpaceRegistry implements ExportRegistry {
     private final Export status;
     /** By client id. Guarded by this. */
     private final Map<Integer, Session> sessions = new HashMap<>();
+    /**
+     * Connections in transmission by export name. Every session of a pool client has a name of its own, so
+     * whatever the server keeps by name (its statistics) would grow with each reconnection for the life of
+     * the process; a name whose last connection went is reported gone. Guarded by this.
+     */
+    private final Map<String, Integer> namesInUse = new HashMap<>();
+    private volatile java.util.function.Consumer<String> gone = name -> {};
 
     /** One instance of a pool client, and its spaces. Fields guarded by the registry. */
     private static final class Session {
@@ -112,10 +119,16 @@ final class SpaceRegistry implements ExportRegistry {
     }
 
     @Override
+    public void whenGone(java.util.function.Consumer<String> listener) {
+        gone = listener;
+    }
+
+    @Override
     public void attached(Export export, String peer) {
         SpaceName s = SpaceName.parse(export.name());
         if (s == null) return;
         synchronized (this) {
+            namesInUse.merge(export.name(), 1, Integer::sum);
             Session session = sessions.get(s.client());
             if (session == null || session.instance != s.instance()) return; // replaced while connecting
             if (session.connections++ == 0 && session.expiry != null) {
@@ -130,6 +143,12 @@ final class SpaceRegistry implements ExportRegistry {
     public void detached(Export export, String peer) {
         SpaceName s = SpaceName.parse(export.name());
         if (s == null) return;
+        boolean last;
+        synchronized (this) {
+            last = namesInUse.merge(export.name(), -1, Integer::sum) <= 0;
+            if (last) namesInUse.remove(export.name());
+        }
+        if (last) gone.accept(export.name());
         synchronized (this) {
             Session session = sessions.get(s.client());
             if (session == null || session.instance != s.instance() || --session.connections > 0) return;

@@ -136,6 +136,32 @@ class MemServerTest {
     }
 
     @Test
+    void theStatisticsOfASessionGoWithItsLastConnection() throws Exception {
+        start(MemServer.Config.ofMemory(16L << 20));
+        try (var endpoint = io.jnbd.server.MetricsEndpoint.bind(new InetSocketAddress("127.0.0.1", 0))) {
+            endpoint.expose(server.nbdServer());
+            SpaceName space = new SpaceName(7, 0, 3);
+            for (int session = 1; session <= 20; session++) {
+                String name = space.withSession(session).exportName();
+                try (NbdClient a = open(name); NbdClient b = open(name)) {
+                    a.blocking().write(0, pattern(session, 4096), false);
+                    b.blocking().write(4096, pattern(session, 4096), false);
+                    assertThat(scrape(endpoint.port())).as("session %d while connected", session).contains(name);
+                }
+            }
+            // Each reconnection of a pool client is a new name: none of them may stay behind.
+            awaitTrue(() -> !scrape(endpoint.port()).contains(space.exportName()), "every session's series gone");
+        }
+    }
+
+    private static String scrape(int port) throws Exception {
+        try (var http = java.net.http.HttpClient.newHttpClient()) {
+            return http.send(java.net.http.HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics")).build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString()).body();
+        }
+    }
+
+    @Test
     void aNewInstanceReplacesAGoneOneAtOnceAndIsRefusedWhileTheOldOneIsConnected() throws Exception {
         start(MemServer.Config.ofMemory(16L << 20).withGrace(Duration.ofMinutes(10)));
         try (NbdClient old = open(space(6, 0, 1))) {
