@@ -58,7 +58,11 @@ final class MemServerLink {
     private volatile long free = -1;
     private volatile String lastError = "not connected yet";
     private final AtomicInteger inFlight = new AtomicInteger();
-    /** Extents that have (or had) a replica on this server since its incarnation began. */
+    /**
+     * Extents that have or had a copy on this server since its incarnation began or its orphans were last
+     * trimmed: a superset, so that a copy is never forgotten when its session ends (a new placement here
+     * counts on finding its extent's range empty).
+     */
     final Set<Integer> extentsHeld = ConcurrentHashMap.newKeySet();
     /**
      * Trims of copies no longer referenced, by extent, until the server answers them. A later copy of the same

@@ -441,16 +441,11 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
         CompletableFuture<Void> trim = r.link.call(() -> s.data().trim(e.start, extentLength(e), false));
         r.link.discarding(e.index, trim);
+        // The extent stays in the link's extentsHeld: a new copy placed there while this check ran would
+        // otherwise be forgotten, and survive as an orphan that a later placement could read from.
         trim.whenComplete((v, x) -> {
-            if (x != null) return;
-            r.link.credit(extentLength(e));
-            if (!holdsElsewhere(e.index, r.link)) r.link.extentsHeld.remove(e.index);
+            if (x == null) r.link.credit(extentLength(e));
         });
-    }
-
-    private boolean holdsElsewhere(int idx, MemServerLink link) {
-        Extent now = extents.get(idx);
-        return now != null && now.holds(link);
     }
 
     // ---- loss ----
