@@ -15,6 +15,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicReferenceArray;
+import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -273,9 +274,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
             return fanOut(e, pos, src, src.remaining()).whenComplete((v, x) -> e.gate.release(t));
         }).exceptionallyCompose(x -> {
             Throwable cause = unwrap(x);
-            boolean full = cause instanceof PoolException pe && pe.error() == Nbd.ENOSPC;
-            return (full ? abandonIfUnwritten(e) : CompletableFuture.<Void>completedFuture(null))
-                .thenCompose(v -> CompletableFuture.failedFuture(cause));
+            if (!(cause instanceof PoolException pe && pe.error() == Nbd.ENOSPC)) return CompletableFuture.failedFuture(cause);
+            return abandonIfUnwritten(e).thenCompose(v -> CompletableFuture.failedFuture(cause));
         });
     }
 
@@ -321,7 +321,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         for (int i = 0; i < targets.size(); i++) {
             MemServerLink.Session s = sessions.get(i);
             MemServerLink link = targets.get(i).link;
-            java.util.function.Supplier<CompletableFuture<Void>> send =
+            Supplier<CompletableFuture<Void>> send =
                 () -> data != null ? s.data().write(pos, data.duplicate(), false) : s.data().trim(pos, length, false);
             // An earlier copy of this extent there may still be being discarded: after that, never before.
             CompletableFuture<Void> discarded = link.discarded(e.index);

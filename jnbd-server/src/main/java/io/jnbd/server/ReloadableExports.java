@@ -12,6 +12,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -34,7 +35,7 @@ public final class ReloadableExports implements ExportRegistry {
     private final Map<Backend, Integer> users = new IdentityHashMap<>();
     private final Map<Backend, Retired> retired = new IdentityHashMap<>();
     private boolean stopped;
-    private volatile java.util.function.Consumer<String> gone = name -> {};
+    private volatile Consumer<String> gone = name -> {};
 
     public ReloadableExports(Exports initial, Duration grace) {
         this.current = initial;
@@ -113,7 +114,7 @@ public final class ReloadableExports implements ExportRegistry {
     }
 
     @Override
-    public void whenGone(java.util.function.Consumer<String> listener) {
+    public void whenGone(Consumer<String> listener) {
         gone = listener;
     }
 

@@ -15,6 +15,7 @@ import java.util.Map;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -44,7 +45,7 @@ final class SpaceRegistry implements ExportRegistry {
      * the process; a name whose last connection went is reported gone. Guarded by this.
      */
     private final Map<String, Integer> namesInUse = new HashMap<>();
-    private volatile java.util.function.Consumer<String> gone = name -> {};
+    private volatile Consumer<String> gone = name -> {};
 
     /** One instance of a pool client, and its spaces. Fields guarded by the registry. */
     private static final class Session {
@@ -119,7 +120,7 @@ final class SpaceRegistry implements ExportRegistry {
     }
 
     @Override
-    public void whenGone(java.util.function.Consumer<String> listener) {
+    public void whenGone(Consumer<String> listener) {
         gone = listener;
     }
 
