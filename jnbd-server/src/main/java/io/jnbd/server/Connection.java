@@ -146,6 +146,7 @@ final class Connection implements Runnable {
             }
             stats = new ConnectionStats(server.stats().export(session.export().name()));
             transport = handshake.transport();
+            sizeSendQueue();
             transmitting = true;
             handshakeOver();
             server.exports().attached(session.export(), peer);
@@ -183,6 +184,14 @@ final class Connection implements Runnable {
             else if (tlsFailed) log.warn("{}: {}", peer, end);
             else log.info("{}: {} during handshake", peer, end);
         }
+    }
+
+    /** Sets a TCP socket's send queue for what the transmission phase sends: see ServerConfig.TLS_UNSENT_LIMIT. */
+    private void sizeSendQueue() {
+        if (address == null) return;
+        boolean encrypted = transport instanceof TlsTransport;
+        int buffer = server.config().sendBufferFor(encrypted, () -> NbdServer.onThisHost(address));
+        transport.sizeSendQueue(buffer, encrypted ? ServerConfig.TLS_UNSENT_LIMIT : 0);
     }
 
     /** The line that ends a connection TLS failed on, naming TLS once whether or not its message does. */

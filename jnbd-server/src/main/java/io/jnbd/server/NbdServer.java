@@ -221,11 +221,8 @@ public final class NbdServer implements AutoCloseable {
             }
             if (refusal != null) stats.refusedAtLimit();
             try {
-                if (remote instanceof InetSocketAddress inet) {
-                    ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
-                    int sendBuffer = config.sendBufferFor(() -> onThisHost(inet.getAddress()));
-                    if (sendBuffer > 0) ch.setOption(StandardSocketOptions.SO_SNDBUF, sendBuffer);
-                }
+                // The send buffer is sized when the transmission phase starts, once TLS or not is known.
+                if (remote instanceof InetSocketAddress) ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             } catch (IOException ignored) {
                 // the options are optimisations only
             }

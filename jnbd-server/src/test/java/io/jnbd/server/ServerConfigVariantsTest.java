@@ -74,15 +74,16 @@ class ServerConfigVariantsTest {
     }
 
     @Test
-    void theSendBufferIsFixedForClientsOnThisHostAndLeftToTheKernelForOthersUnlessSet() throws Exception {
+    void theSendBufferIsFixedForPlainClientsOnThisHostAndLeftToTheKernelForOthersUnlessSet() throws Exception {
         ServerConfig auto = ServerConfig.defaults();
-        assertThat(auto.sendBufferFor(() -> true)).isEqualTo(ServerConfig.LOCAL_SEND_BUFFER);
-        assertThat(auto.sendBufferFor(() -> false)).as("autotuning for remote clients").isZero();
+        assertThat(auto.sendBufferFor(false, () -> true)).isEqualTo(ServerConfig.LOCAL_SEND_BUFFER);
+        assertThat(auto.sendBufferFor(false, () -> false)).as("autotuning for remote clients").isZero();
+        assertThat(auto.sendBufferFor(true, () -> true)).as("autotuning under TLS, which caps the unsent bytes instead").isZero();
         ServerConfig kernel = auto.withSendBuffer(ServerConfig.SEND_BUFFER_KERNEL);
-        assertThat(kernel.sendBufferFor(() -> true)).isZero();
+        assertThat(kernel.sendBufferFor(false, () -> true)).isZero();
         ServerConfig fixed = auto.withSendBuffer(1 << 20);
-        assertThat(fixed.sendBufferFor(() -> true)).isEqualTo(1 << 20);
-        assertThat(fixed.sendBufferFor(() -> false)).isEqualTo(1 << 20);
+        assertThat(fixed.sendBufferFor(false, () -> true)).isEqualTo(1 << 20);
+        assertThat(fixed.sendBufferFor(true, () -> false)).isEqualTo(1 << 20);
         assertThatThrownBy(() -> auto.withSendBuffer(-2)).isInstanceOf(IllegalArgumentException.class);
 
         assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("127.0.0.1"))).isTrue();

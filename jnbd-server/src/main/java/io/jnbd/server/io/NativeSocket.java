@@ -43,6 +43,9 @@ public final class NativeSocket {
     private static final short POLLOUT = 0x4;
     private static final int SOL_SOCKET = ABI == null ? 0 : ABI.solSocket();
     private static final int SO_RCVLOWAT = ABI == null ? 0 : ABI.soRcvlowat();
+    // The TCP level's numbers come from the generic linux/tcp.h and are the same on every architecture.
+    private static final int IPPROTO_TCP = 6;
+    private static final int TCP_NOTSENT_LOWAT = 25;
     private static final int MSG_DONTWAIT = 0x40;
     private static final int MSG_MORE = 0x8000;
     private static final int MSG_NOSIGNAL = 0x4000;
@@ -351,12 +354,25 @@ public final class NativeSocket {
      * wait, and the kernel does not wake a waiter for each segment that arrives before.
      */
     public static void setReceiveLowWater(int socketFd, int bytes) throws IOException {
+        setIntOption(socketFd, SOL_SOCKET, SO_RCVLOWAT, bytes, "SO_RCVLOWAT");
+    }
+
+    /**
+     * Limits the bytes a TCP socket holds that it has not yet sent (TCP_NOTSENT_LOWAT): sends stop and the
+     * socket polls unwritable above it, so the sender waits instead of queueing what the peer's window cannot
+     * take yet. Fails on a socket that is not TCP.
+     */
+    public static void setUnsentLimit(int socketFd, int bytes) throws IOException {
+        setIntOption(socketFd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, bytes, "TCP_NOTSENT_LOWAT");
+    }
+
+    private static void setIntOption(int socketFd, int level, int option, int v, String name) throws IOException {
         Scratch s = take();
         MemorySegment value = s.small.asSlice(0, 4);
-        value.set(ValueLayout.JAVA_INT, 0, bytes);
+        value.set(ValueLayout.JAVA_INT, 0, v);
         try {
-            int r = (int) SETSOCKOPT.invokeExact(s.state, socketFd, SOL_SOCKET, SO_RCVLOWAT, value, 4);
-            if (r < 0) throw new NativeIo.ErrnoException("setsockopt(SO_RCVLOWAT)", errno(s.state));
+            int r = (int) SETSOCKOPT.invokeExact(s.state, socketFd, level, option, value, 4);
+            if (r < 0) throw new NativeIo.ErrnoException("setsockopt(" + name + ")", errno(s.state));
         } catch (IOException e) {
             throw e;
         } catch (Throwable t) {

@@ -21,6 +21,12 @@ final class ChannelTransport implements Transport {
         this.channel = channel;
     }
 
+    /** No TCP_NOTSENT_LOWAT without native calls: only the buffer's size. */
+    @Override
+    public void sizeSendQueue(int bufferBytes, int unsentLimit) {
+        Transports.setSendBuffer(channel, bufferBytes);
+    }
+
     @Override
     public int receive(ByteBuffer dst) throws IOException {
         if (!dst.hasRemaining()) return 0;

@@ -87,6 +87,16 @@ final class SocketTransport implements Transport {
     }
 
     @Override
+    public void sizeSendQueue(int bufferBytes, int unsentLimit) {
+        Transports.setSendBuffer(channel, bufferBytes);
+        try {
+            if (unsentLimit > 0) NativeSocket.setUnsentLimit(fd, unsentLimit);
+        } catch (IOException ignored) {
+            // not TCP (a Unix socket): nothing waits on a window there
+        }
+    }
+
+    @Override
     public void send(ByteBuffer... srcs) throws IOException {
         int first = 0;
         while (true) {

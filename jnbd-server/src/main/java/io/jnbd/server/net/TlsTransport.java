@@ -127,6 +127,11 @@ public final class TlsTransport implements Transport {
     }
 
     @Override
+    public void sizeSendQueue(int bufferBytes, int unsentLimit) {
+        plain.sizeSendQueue(bufferBytes, unsentLimit);
+    }
+
+    @Override
     public void send(ByteBuffer... srcs) throws IOException {
         secure.write(srcs);
     }

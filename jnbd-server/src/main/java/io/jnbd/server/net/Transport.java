@@ -77,6 +77,13 @@ public interface Transport extends AutoCloseable {
         return 0;
     }
 
+    /**
+     * Sizes the socket's send queue for the transmission phase: {@code bufferBytes} for SO_SNDBUF (0 leaves the
+     * kernel's autotuning) and {@code unsentLimit} for the bytes it may hold that the client's window has not
+     * yet taken (0: no limit). Hints: a transport that has no such socket ignores them.
+     */
+    default void sizeSendQueue(int bufferBytes, int unsentLimit) {}
+
     /** Whether {@link #sendNow} can send at all: false means it always returns 0 and replies queue for a sender. */
     boolean canSendNow();
 

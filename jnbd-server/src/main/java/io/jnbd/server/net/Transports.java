@@ -61,6 +61,16 @@ public final class Transports {
         }
     }
 
+    /** Sets SO_SNDBUF if {@code bytes} is positive and the socket has it (a Unix socket may refuse). */
+    static void setSendBuffer(SocketChannel channel, int bytes) {
+        if (bytes <= 0) return;
+        try {
+            channel.setOption(java.net.StandardSocketOptions.SO_SNDBUF, bytes);
+        } catch (IOException | UnsupportedOperationException ignored) {
+            // an optimisation only
+        }
+    }
+
     /** Shuts one direction of {@code channel} down; one already shut down or closed is left as it is. */
     static void shutdown(SocketChannel channel, boolean input) {
         try {

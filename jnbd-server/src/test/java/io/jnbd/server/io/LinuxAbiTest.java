@@ -107,6 +107,39 @@ class LinuxAbiTest {
         }
     }
 
+    @Test
+    void theUnsentLimitStopsSendsThatThePeersWindowCannotTake() throws Throwable {
+        current();
+        // The peer does not read and its window is small: what a send queues beyond it stays unsent.
+        long capped = queuedBeforeFull(16 << 10), uncapped = queuedBeforeFull(0);
+        assertThat(capped).as("queued with TCP_NOTSENT_LOWAT 16K").isLessThan(256 << 10);
+        assertThat(uncapped).as("queued with no cap, in a 1 MiB send buffer").isGreaterThan(512 << 10);
+    }
+
+    /** Bytes a non-blocking sender gets into the socket before it reports full, the peer reading nothing. */
+    private static long queuedBeforeFull(int unsentLimit) throws Exception {
+        try (ServerSocketChannel listener = ServerSocketChannel.open()) {
+            listener.setOption(java.net.StandardSocketOptions.SO_RCVBUF, 4096); // inherited by the accepted peer
+            listener.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+            try (SocketChannel sender = SocketChannel.open(listener.getLocalAddress());
+                 SocketChannel ignored = listener.accept()) {
+                sender.setOption(java.net.StandardSocketOptions.SO_SNDBUF, 1 << 20);
+                int fd = NativeSocket.fd(sender);
+                assumeTrue(fd >= 0, "--add-exports java.base/sun.nio.ch");
+                sender.configureBlocking(false);
+                if (unsentLimit > 0) NativeSocket.setUnsentLimit(fd, unsentLimit);
+                ByteBuffer chunk = ByteBuffer.allocateDirect(64 << 10);
+                long total = 0;
+                for (int i = 0; i < 1000; i++) {
+                    long n = NativeSocket.sendNow(fd, new ByteBuffer[] {chunk.clear()});
+                    if (n == 0) break;
+                    total += n;
+                }
+                return total;
+            }
+        }
+    }
+
     private static LinuxAbi current() {
         assumeTrue(LinuxAbi.CURRENT != null && NativeIo.AVAILABLE && NativeSocket.AVAILABLE,
             "Linux on an architecture in the table, with native access");
