@@ -172,8 +172,8 @@ public final class ServeCommand implements Callable<Integer> {
     int busyPollMicros;
 
     @Option(names = "--send-buffer", paramLabel = "SIZE|auto|kernel", defaultValue = "auto",
-        description = "socket send buffer of TCP clients. auto: 256K for clients on this host, where it saves "
-            + "server CPU at no cost in throughput, the kernel's autotuning for remote ones; kernel: autotuning "
+        description = "socket send buffer of TCP clients. auto: 256K for plain-text clients on this host, where it "
+            + "saves server CPU at no cost in throughput, the kernel's autotuning for remote and TLS ones; kernel: autotuning "
             + "for all; SIZE (4K to 64M): that for all (default ${DEFAULT-VALUE})")
     String sendBuffer;
 
