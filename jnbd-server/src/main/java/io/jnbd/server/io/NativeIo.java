@@ -275,28 +275,17 @@ public final class NativeIo {
      * unchanged, when the read would wait for the disk or came up short.
      */
     public static boolean preadIfCached(int fd, ByteBuffer dst, long offset) throws IOException {
-        MemorySegment[] scratch = IOV_SCRATCH.get();
-        MemorySegment iov = scratch[0], state = scratch[1];
-        MemorySegment target = MemorySegment.ofBuffer(dst);
-        iov.set(ValueLayout.ADDRESS, 0, target);
-        iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
-        try {
-            long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, RWF_NOWAIT);
-            if (n == target.byteSize()) {
-                dst.position(dst.limit());
-                return true;
-            }
-            if (n < 0) {
-                int e = errno(state);
-                if (e == Errno.EAGAIN || e == Errno.EOPNOTSUPP || e == Errno.EINTR) return false;
-                throw new ErrnoException("preadv2", e);
-            }
-            return false; // partly cached: let the ordinary path read it all
-        } catch (IOException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException("preadv2", t);
+        long n = preadv2(fd, dst, offset, RWF_NOWAIT);
+        if (n == dst.remaining()) {
+            dst.position(dst.limit());
+            return true;
         }
+        if (n < 0) {
+            int e = (int) -n;
+            if (e == Errno.EAGAIN || e == Errno.EOPNOTSUPP || e == Errno.EINTR) return false;
+            throw new ErrnoException("preadv2", e);
+        }
+        return false; // partly cached: let the ordinary path read it all
     }
 
     /**
@@ -304,25 +293,28 @@ public final class NativeIo {
      * its position. Returns the bytes read, 0 at the end of the file; a failure carries its errno.
      */
     public static int pread(int fd, ByteBuffer dst, long offset) throws IOException {
+        while (true) {
+            long n = preadv2(fd, dst, offset, 0);
+            if (n >= 0) {
+                dst.position(dst.position() + (int) n);
+                return (int) n;
+            }
+            if (n != -Errno.EINTR) throw new ErrnoException("pread", (int) -n);
+        }
+    }
+
+    /** One preadv2 into {@code dst}'s remaining bytes, its position left alone: the bytes read, or minus the errno. */
+    private static long preadv2(int fd, ByteBuffer dst, long offset, int flags) throws IOException {
         MemorySegment[] scratch = IOV_SCRATCH.get();
         MemorySegment iov = scratch[0], state = scratch[1];
         MemorySegment target = MemorySegment.ofBuffer(dst);
         iov.set(ValueLayout.ADDRESS, 0, target);
         iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
         try {
-            while (true) {
-                long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, 0);
-                if (n >= 0) {
-                    dst.position(dst.position() + (int) n);
-                    return (int) n;
-                }
-                int e = errno(state);
-                if (e != Errno.EINTR) throw new ErrnoException("pread", e);
-            }
-        } catch (IOException e) {
-            throw e;
+            long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, flags);
+            return n >= 0 ? n : -errno(state);
         } catch (Throwable t) {
-            throw new IOException("pread", t);
+            throw new IOException("preadv2", t);
         }
     }
 

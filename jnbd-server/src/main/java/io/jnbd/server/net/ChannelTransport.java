@@ -99,8 +99,7 @@ final class ChannelTransport implements Transport {
 
     @Override
     public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
-        send(header);
-        Transports.copyFile(this, file, position, length);
+        Transports.copyFile(this, header, file, position, length);
     }
 
     @Override

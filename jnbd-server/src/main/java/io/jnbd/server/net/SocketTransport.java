@@ -122,8 +122,7 @@ final class SocketTransport implements Transport {
     @Override
     public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
         if (fileFd < 0) {
-            send(header);
-            Transports.copyFile(this, file, position, length);
+            Transports.copyFile(this, header, file, position, length);
             return;
         }
         long sent = 0;

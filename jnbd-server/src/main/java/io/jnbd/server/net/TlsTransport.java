@@ -4,7 +4,6 @@ import io.jnbd.server.io.BufferPool;
 import io.jnbd.tls.SecureChannel;
 import io.jnbd.tls.TlsException;
 import io.jnbd.tls.TlsServer;
-import java.io.EOFException;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.nio.ByteBuffer;
@@ -158,16 +157,7 @@ public final class TlsTransport implements Transport {
             throw new InterruptedIOException("interrupted while waiting for a buffer");
         }
         try {
-            ByteBuffer piece = lease.buffer();
-            long pos = position, end = position + length;
-            do {
-                piece.clear().limit((int) Math.min(piece.capacity(), end - pos));
-                while (piece.hasRemaining()) {
-                    if (file.read(piece, pos + piece.position()) < 0) throw new EOFException("file ended at " + pos + " while sending a read");
-                }
-                pos += piece.flip().remaining();
-                secure.write(header, piece);
-            } while (pos < end);
+            Transports.copyFile(this, header, file, position, length, lease.buffer());
         } finally {
             lease.release();
         }

@@ -48,17 +48,25 @@ public final class Transports {
         if (!receiveFully(t, dst)) throw new EOFException("peer closed the connection");
     }
 
-    /** Sends a file range through a bounce buffer, for transports without sendfile. */
-    static void copyFile(Transport t, FileChannel file, long position, long length) throws IOException {
-        ByteBuffer bounce = ByteBuffer.allocateDirect((int) Math.min(length, 256 << 10));
+    /** Sends {@code header} and a file range through a bounce buffer of its own, for transports without sendfile. */
+    static void copyFile(Transport t, ByteBuffer header, FileChannel file, long position, long length) throws IOException {
+        copyFile(t, header, file, position, length, ByteBuffer.allocateDirect((int) Math.min(Math.max(length, 1), 256 << 10)));
+    }
+
+    /**
+     * Sends {@code header}, then the file range read piece by piece into {@code piece}; the header goes in the
+     * same send as the first piece.
+     */
+    static void copyFile(Transport t, ByteBuffer header, FileChannel file, long position, long length, ByteBuffer piece) throws IOException {
         long pos = position, end = position + length;
-        while (pos < end) {
-            bounce.clear().limit((int) Math.min(bounce.capacity(), end - pos));
-            int n = file.read(bounce, pos);
-            if (n < 0) throw new EOFException("file ended at " + pos + " while sending a read");
-            t.send(bounce.flip());
-            pos += n;
-        }
+        do {
+            piece.clear().limit((int) Math.min(piece.capacity(), end - pos));
+            while (piece.hasRemaining()) {
+                if (file.read(piece, pos + piece.position()) < 0) throw new EOFException("file ended at " + pos + " while sending a read");
+            }
+            pos += piece.flip().remaining();
+            t.send(header, piece);
+        } while (pos < end);
     }
 
     /** Sets SO_SNDBUF if {@code bytes} is positive and the socket has it (a Unix socket may refuse). */
