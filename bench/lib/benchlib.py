@@ -263,20 +263,27 @@ def cpu_seconds(pid):
     return total / CLK_TCK
 
 
-def peak_rss_bytes(pid):
-    """VmHWM (peak resident set) of pid plus that of its live descendants."""
-    if pid is None:
-        return None
+def _status_bytes(pid, field):
     total = 0
     for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
-                    if line.startswith("VmHWM:"):
+                    if line.startswith(field):
                         total += int(line.split()[1]) * 1024
         except OSError:
             pass
     return total
+
+
+def peak_rss_bytes(pid):
+    """VmHWM (peak resident set) of pid plus that of its live descendants."""
+    return None if pid is None else _status_bytes(pid, "VmHWM:")
+
+
+def resident_bytes(pid):
+    """VmRSS (resident set now) of pid plus that of its live descendants; 0 for no process."""
+    return 0 if pid is None else _status_bytes(pid, "VmRSS:")
 
 
 def drop_caches():
