@@ -26,9 +26,23 @@ final class Connector {
     private Connector() {
     }
 
-    /** The client's one timer thread: handshake deadlines and each connection's timeout sweep. */
+    /**
+     * The client's one timer thread: handshake deadlines and each connection's timeout sweep. Stop it with
+     * {@link #stopTimer}: the sweep completes callers' futures, so their callbacks run on this thread.
+     */
     static ScheduledExecutorService newTimer() {
-        return new ScheduledThreadPoolExecutor(1, r -> Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
+        ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, r -> Thread.ofPlatform().daemon().name("jnbd-timer").unstarted(r));
+        timer.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+        return timer;
+    }
+
+    /**
+     * Stops the timer without interrupting it. A caller's callback may be running on it, even the one that closes
+     * this client; interrupted, its next send on another client's socket would close that socket too (an
+     * interrupted thread's channel I/O does), and a healthy server would be lost with this one.
+     */
+    static void stopTimer(ScheduledExecutorService timer) {
+        timer.shutdown();
     }
 
     /**
@@ -108,7 +122,7 @@ final class Connector {
             return withDeadline(channel, uri, options, timer,
                 () -> new Handshake(Transport.plain(channel), peer(uri), tls).list());
         } finally {
-            timer.shutdownNow();
+            stopTimer(timer);
         }
     }
 

@@ -100,7 +100,7 @@ public final class NbdClient implements AutoCloseable {
             List<Connection> opened = Connector.openAll(uri, options, timer);
             return new NbdClient(uri, options, opened.getFirst().info(), opened, timer);
         } catch (IOException | RuntimeException e) {
-            timer.shutdownNow();
+            Connector.stopTimer(timer);
             throw e;
         }
     }
@@ -406,7 +406,7 @@ public final class NbdClient implements AutoCloseable {
         if (!closed.compareAndSet(false, true)) return;
         long grace = options.requestTimeout().isZero() ? 10_000 : options.requestTimeout().toMillis();
         for (Connection c : connections) c.close(grace);
-        timer.shutdownNow();
+        Connector.stopTimer(timer);
     }
 
     // ---- helpers ----

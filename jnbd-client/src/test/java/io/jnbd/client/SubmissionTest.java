@@ -138,6 +138,33 @@ class SubmissionTest {
         }
     }
 
+    /**
+     * A timeout is delivered on the client's timer thread, and a caller may close that client from the callback
+     * (the pool does, for a server it gave up on) and go on with another client there. Closing must not
+     * interrupt the timer thread: the other client's inline send would then close its own socket (an
+     * interrupted thread's channel I/O does), and a healthy server would be lost with it.
+     */
+    @Test
+    void closingAClientInItsTimeoutCallbackLeavesAnotherClientsSendsAlone() throws Exception {
+        byte[] disk = FakeNbdServer.content(SIZE);
+        try (var hung = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.SILENT);
+             var healthy = new FakeNbdServer(disk.clone(), FakeNbdServer.Mode.REVERSE);
+             var a = NbdClient.connect(hung.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ofMillis(200)));
+             var b = NbdClient.connect(healthy.uri(), ClientOptions.defaults().withRequestTimeout(Duration.ZERO))) {
+            CompletableFuture<CompletableFuture<Void>> next = new CompletableFuture<>();
+            ByteBuffer buf = ByteBuffer.allocateDirect(4096);
+            a.read(0, ByteBuffer.allocateDirect(4096)).whenComplete((v, e) -> {
+                a.close();
+                next.complete(b.read(8192, buf));
+            });
+            next.get(10, TimeUnit.SECONDS).get(10, TimeUnit.SECONDS);
+            assertThat(buf.flip()).isEqualTo(ByteBuffer.wrap(Arrays.copyOfRange(disk, 8192, 8192 + 4096)));
+            ByteBuffer again = ByteBuffer.allocateDirect(4096);
+            b.read(0, again).get(10, TimeUnit.SECONDS);
+            assertThat(again.flip()).isEqualTo(ByteBuffer.wrap(Arrays.copyOfRange(disk, 0, 4096)));
+        }
+    }
+
     @Test
     void submittingWhileAnotherThreadsLargeWriteIsStuckReturnsAtOnce() throws Exception {
         try (var server = new FakeNbdServer(new byte[SIZE], FakeNbdServer.Mode.GATED);
