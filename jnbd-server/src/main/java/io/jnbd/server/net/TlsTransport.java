@@ -23,9 +23,6 @@ import java.util.List;
  * thread can still wake the connection.
  */
 public final class TlsTransport implements Transport {
-    /** The largest piece of a file read for one encrypted write, should {@link #sendFile} ever be asked. */
-    private static final int FILE_PIECE = 256 << 10;
-
     private final Transport plain;
     private final RawTransportChannel raw;
     private final SecureChannel secure;
@@ -151,7 +148,7 @@ public final class TlsTransport implements Transport {
     public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
         BufferPool.Lease lease;
         try {
-            lease = buffers.acquire((int) Math.min(Math.max(length, 1), FILE_PIECE));
+            lease = buffers.acquire(Transports.pieceSize(length));
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new InterruptedIOException("interrupted while waiting for a buffer");

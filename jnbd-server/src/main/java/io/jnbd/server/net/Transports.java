@@ -48,9 +48,14 @@ public final class Transports {
         if (!receiveFully(t, dst)) throw new EOFException("peer closed the connection");
     }
 
+    /** The buffer a file range of {@code length} bytes is sent through when sendfile cannot: at most 256K. */
+    static int pieceSize(long length) {
+        return (int) Math.min(Math.max(length, 1), 256 << 10);
+    }
+
     /** Sends {@code header} and a file range through a bounce buffer of its own, for transports without sendfile. */
     static void copyFile(Transport t, ByteBuffer header, FileChannel file, long position, long length) throws IOException {
-        copyFile(t, header, file, position, length, ByteBuffer.allocateDirect((int) Math.min(Math.max(length, 1), 256 << 10)));
+        copyFile(t, header, file, position, length, ByteBuffer.allocateDirect(pieceSize(length)));
     }
 
     /**
