@@ -6,8 +6,6 @@ import io.jnbd.client.Extent;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicLong;
@@ -124,8 +122,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         int window = Math.max(1, requests * connections);
         Semaphore slots = new Semaphore(window);
         boolean spliced = splice && src instanceof Disk.Remote a && dst instanceof Disk.Remote b && a.client().canSpliceTo(b.client());
-        BlockingQueue<ByteBuffer> buffers = new ArrayBlockingQueue<>(window);
-        for (int i = 0; i < window; i++) buffers.add(ByteBuffer.allocateDirect(chunk));
+        ChunkBuffers buffers = new ChunkBuffers(chunk);
 
         long offset = 0;
         while (offset < size && failure.get() == null) {
@@ -143,17 +140,17 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                         long pos = at;
                         int n = (int) Math.min(chunk, e.end() - at);
                         slots.acquire();
-                        ByteBuffer buf = buffers.take();
+                        ChunkBuffers.Lease lease = buffers.lease();
                         CompletableFuture<Void> f;
                         try {
-                            f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buf)
-                                : copyChunk(src, dst, pos, n, buf);
+                            f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buffers, lease)
+                                : copyChunk(src, dst, pos, n, buffers, lease);
                         } catch (RuntimeException ex) {
                             f = CompletableFuture.failedFuture(ex);
                         }
                         f.whenComplete((v, ex) -> {
                             done(pos, n, ex);
-                            buffers.add(buf);
+                            lease.release();
                             slots.release();
                         });
                         at += n;
@@ -166,23 +163,21 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         slots.acquire(window);
     }
 
-    /** How much of a local file's chunk is looked at before it is sent unseen. */
-    private static final int PROBE = 4096;
-
     /**
-     * Copies one chunk of data, using {@code buf}. A chunk of a local file bound for an NBD export is sent by
-     * the kernel straight from the page cache (sendfile) unless its first 4 KiB read as zeroes: data rarely
-     * starts so, and a chunk that does is read whole and looked at like any other, so a run of zeroes still
-     * becomes WRITE_ZEROES. Everything else is read into {@code buf}, and written unless it is all zeroes.
+     * Copies one chunk of data. A chunk of a local file bound for an NBD export is sent by the kernel straight
+     * from the page cache (sendfile) unless its first 4 KiB read as zeroes: data rarely starts so, and a chunk
+     * that does is read whole and looked at like any other, so a run of zeroes still becomes WRITE_ZEROES.
+     * Everything else is read into the chunk's buffer, and written unless it is all zeroes.
      */
-    private static CompletableFuture<Void> copyChunk(Disk src, Disk dst, long pos, int n, ByteBuffer buf) {
+    private static CompletableFuture<Void> copyChunk(Disk src, Disk dst, long pos, int n, ChunkBuffers buffers,
+                                                     ChunkBuffers.Lease lease) {
         if (src instanceof Disk.Local file && dst instanceof Disk.Remote nbd) {
-            buf.clear().limit(Math.min(n, PROBE));
-            CompletableFuture<Void> probe = src.read(pos, buf); // a local file's read is done on return
+            ByteBuffer head = buffers.probe().limit(Math.min(n, ChunkBuffers.PROBE));
+            CompletableFuture<Void> probe = src.read(pos, head); // a local file's read is done on return
             if (probe.isCompletedExceptionally()) return probe;
-            if (!allZero(buf.flip())) return nbd.client().write(pos, file.channel(), pos, n, false);
+            if (!allZero(head.flip())) return nbd.client().write(pos, file.channel(), pos, n, false);
         }
-        buf.clear().limit(n);
+        ByteBuffer buf = lease.get().limit(n);
         return src.read(pos, buf).thenCompose(v -> {
             buf.flip(); // the read advanced the position over the data
             return allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf);
@@ -192,21 +187,22 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     /**
      * Copies one chunk between two servers: each data chunk of the source's reply goes on to the destination as
      * a WRITE of its own whose payload the kernel splices from one socket to the other, unless its first 4 KiB
-     * are zeroes (then it is read into {@code buf} and looked at whole, as {@link #copyChunk} does). Runs on the
+     * are zeroes (then it is read into the chunk's buffer and looked at whole, as {@link #copyChunk} does). Runs on the
      * source connection's reader thread; the result completes when the read and every write it made have.
      */
-    private static CompletableFuture<Void> spliceChunk(Disk.Remote src, Disk.Remote dst, long pos, int n, ByteBuffer buf) {
+    private static CompletableFuture<Void> spliceChunk(Disk.Remote src, Disk.Remote dst, long pos, int n,
+                                                       ChunkBuffers buffers, ChunkBuffers.Lease lease) {
         java.util.List<CompletableFuture<Void>> writes = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
         CompletableFuture<Void> read = src.client().read(pos, n, new io.jnbd.client.ReadSink() {
             @Override
             public void data(long offset, int length, Payload payload) throws java.io.IOException {
-                ByteBuffer view = buf.slice((int) (offset - pos), length);
-                ByteBuffer head = view.slice(0, Math.min(length, PROBE));
+                ByteBuffer head = buffers.probe().limit(Math.min(length, ChunkBuffers.PROBE));
                 payload.peek(head);
                 if (!allZero(head.flip()) && dst.client().canWriteInOne(offset, length)) {
                     writes.add(payload.spliceTo(dst.client(), offset));
                     return;
                 }
+                ByteBuffer view = lease.get().slice((int) (offset - pos), length);
                 payload.readFully(view.duplicate());
                 writes.add(allZero(view) ? dst.zero(offset, length) : dst.write(offset, view));
             }
