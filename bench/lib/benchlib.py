@@ -810,10 +810,11 @@ def table(headers, rows, out=sys.stdout):
 
 
 def fmt(v, spec=".0f", missing="—"):
-    if v is None:
+    """v in the format spec; a number read back from a CSV or JSON file as text is formatted as a number."""
+    if v is None or v == "":
         return missing
     try:
-        return format(v, spec)
+        return format(float(v) if isinstance(v, str) else v, spec)
     except (TypeError, ValueError):
         return str(v)
 

@@ -17,6 +17,7 @@ import sys
 from html import escape
 
 import charts
+from benchlib import fmt, fmt_iops
 
 
 class ReportError(Exception):
@@ -99,21 +100,6 @@ def when_of(results, path=None):
 
 
 # ---------------------------------------------------------------- formatting
-
-
-def fmt(v, spec):
-    if v is None or v == "":
-        return "—"
-    try:
-        return format(float(v), spec)
-    except (TypeError, ValueError):
-        return str(v)
-
-
-def fmt_iops(v):
-    if v is None:
-        return "—"
-    return f"{v / 1000:.1f}K" if v >= 10000 else f"{v:.0f}"
 
 
 def fmt_cpu(v):
