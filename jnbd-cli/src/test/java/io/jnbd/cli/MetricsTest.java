@@ -7,6 +7,7 @@ import io.jnbd.server.Export;
 import io.jnbd.server.ExportSpec;
 import io.jnbd.server.Exports;
 import io.jnbd.server.MetricsEndpoint;
+import io.jnbd.server.MetricsScrape;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
 import java.net.InetAddress;

@@ -2,6 +2,8 @@ package io.jnbd.interop;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.jnbd.server.MetricsScrape;
+
 import java.io.File;
 import java.nio.file.Files;
 import java.nio.file.Path;

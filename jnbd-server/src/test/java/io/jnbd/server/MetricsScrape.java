@@ -9,9 +9,9 @@ import java.util.HashMap;
 import java.util.Map;
 
 /** One GET of /metrics: each sample's value by its series as the text format writes it, {@code name{l="v",...}}. */
-record MetricsScrape(String text, Map<String, Double> samples) {
+public record MetricsScrape(String text, Map<String, Double> samples) {
 
-    static MetricsScrape of(int port) throws IOException, InterruptedException {
+    public static MetricsScrape of(int port) throws IOException, InterruptedException {
         try (HttpClient http = HttpClient.newHttpClient()) {
             HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics")).build(),
                 HttpResponse.BodyHandlers.ofString());
@@ -20,7 +20,7 @@ record MetricsScrape(String text, Map<String, Double> samples) {
         }
     }
 
-    static MetricsScrape parse(String text) {
+    public static MetricsScrape parse(String text) {
         Map<String, Double> samples = new HashMap<>();
         for (String line : text.split("\n")) {
             if (line.isBlank() || line.startsWith("#")) continue;
@@ -31,7 +31,7 @@ record MetricsScrape(String text, Map<String, Double> samples) {
     }
 
     /** The sample's value; fails naming the series when the scrape has no such sample. */
-    double value(String series) {
+    public double value(String series) {
         Double v = samples.get(series);
         if (v == null) throw new AssertionError("no sample " + series + " in:\n" + text);
         return v;
