@@ -8,8 +8,6 @@ import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Semaphore;
-import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.atomic.AtomicReference;
 
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -37,7 +35,9 @@ import picocli.CommandLine.Parameters;
         "",
         "Exit status: 0 when every byte was copied; 1 on failure, with one line",
         "naming what failed and how far the copy got; 2 on a usage error (bad",
-        "options, unusable TLS files).",
+        "options, unusable TLS files); 130 or 143 when stopped by SIGINT (Ctrl-C)",
+        "or SIGTERM, with one line saying how far the copy got. After a failure or",
+        "a stop, the line names the prefix of the destination that is complete.",
         ""},
     footer = {"", "Examples:",
         "  # download an export into a sparse local file",
@@ -85,9 +85,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     @picocli.CommandLine.Spec
     picocli.CommandLine.Model.CommandSpec spec;
 
-    private final AtomicLong copied = new AtomicLong();
-    private final AtomicReference<Throwable> failure = new AtomicReference<>();
-    private final AtomicLong failedAt = new AtomicLong(-1);
+    private CopyTally tally;
     private Progress bar;
 
     @Override
@@ -100,19 +98,45 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
             .withRequestTimeout(Duration.ofSeconds(timeoutSeconds));
         try (Disk src = Disk.open(source, options); Disk dst = Disk.create(destination, src.size(), options)) {
             long size = src.size();
+            tally = new CopyTally(size);
             try (Progress bar = Progress.ofBytes("copy", size, progress)) {
                 this.bar = bar;
-                copy(src, dst, size);
-                if (failure.get() == null) dst.flush();
+                Thread stopped = Thread.ofPlatform().unstarted(() -> stopped(src, dst));
+                Runtime.getRuntime().addShutdownHook(stopped);
+                try {
+                    copy(src, dst, size);
+                    if (tally.failure() == null) dst.flush();
+                } finally {
+                    forget(stopped);
+                }
             }
-            Throwable f = failure.get();
+            Throwable f = tally.failure();
             if (f != null) {
-                spec.commandLine().getErr().println("jnbd copy: failed at offset " + failedAt.get() + ": "
-                    + message(f) + "; copied " + copied.get() + " of " + size + " bytes (" + Sizes.percent(copied.get(), size)
-                    + ") from " + src.name() + " to " + dst.name());
+                spec.commandLine().getErr().println("jnbd copy: failed at offset " + tally.failedAt() + ": " + message(f)
+                    + "; " + tally.howFar(src.name(), dst.name()));
                 return 1;
             }
             return 0;
+        }
+    }
+
+    /**
+     * Runs when the JVM is stopped mid-copy (SIGINT, SIGTERM; it exits with 130 or 143): one line saying how far
+     * the copy got, so that a stopped copy is never mistaken for a finished one.
+     */
+    private void stopped(Disk src, Disk dst) {
+        bar.close(); // the line starts on a line of its own
+        var err = spec.commandLine().getErr();
+        err.println("jnbd copy: stopped before the end; " + tally.howFar(src.name(), dst.name())
+            + ", the rest of the destination is not");
+        err.flush();
+    }
+
+    private static void forget(Thread hook) {
+        try {
+            Runtime.getRuntime().removeShutdownHook(hook);
+        } catch (IllegalStateException shuttingDown) {
+            // the hook is running or about to: the copy did not finish in time to say so
         }
     }
 
@@ -125,21 +149,22 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         ChunkBuffers buffers = new ChunkBuffers(chunk);
 
         long offset = 0;
-        while (offset < size && failure.get() == null) {
+        while (offset < size && tally.failure() == null) {
             // Ask for status a stretch ahead; the source may answer for less, and we continue where it stopped.
             java.util.List<Extent> extents = src.extents(offset, Math.min(size - offset, 1L << 30));
             if (extents.isEmpty() || extents.getFirst().offset() != offset) {
                 throw new java.io.IOException("block status of " + src.name() + " did not describe offset " + offset);
             }
             for (Extent e : extents) {
-                if (failure.get() != null) break;
+                if (tally.failure() != null) break;
                 if (e.zero()) {
                     submit(slots, e.offset(), e.length(), () -> dst.zero(e.offset(), e.length()));
                 } else {
-                    for (long at = e.offset(); at < e.end() && failure.get() == null; ) {
+                    for (long at = e.offset(); at < e.end() && tally.failure() == null; ) {
                         long pos = at;
                         int n = (int) Math.min(chunk, e.end() - at);
                         slots.acquire();
+                        tally.started(pos, n);
                         ChunkBuffers.Lease lease = buffers.lease();
                         CompletableFuture<Void> f;
                         try {
@@ -232,6 +257,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
 
     private void submit(Semaphore slots, long offset, long length, Op op) throws InterruptedException {
         slots.acquire();
+        tally.started(offset, length);
         CompletableFuture<Void> f;
         try {
             f = op.run();
@@ -245,12 +271,8 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     }
 
     private void done(long offset, long length, Throwable error) {
-        if (error == null) {
-            copied.addAndGet(length);
-            bar.stepBy(length);
-        } else if (failure.compareAndSet(null, unwrap(error))) {
-            failedAt.set(offset);
-        }
+        tally.finished(offset, length, error == null ? null : unwrap(error));
+        if (error == null) bar.stepBy(length);
     }
 
     private static boolean allZero(ByteBuffer buf) {
