@@ -444,7 +444,14 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         // The extent stays in the link's extentsHeld: a new copy placed there while this check ran would
         // otherwise be forgotten, and survive as an orphan that a later placement could read from.
         trim.whenComplete((v, x) -> {
-            if (x == null) r.link.credit(extentLength(e));
+            if (x == null) {
+                r.link.credit(extentLength(e));
+            } else if (unwrap(x) instanceof NbdErrorException refused) {
+                // The server answered and kept the copy: an orphan that a later placement of this extent there
+                // would read from. Only a new session clears it (the reconnect trims every extent held there),
+                // so this one ends, as a lost connection's would.
+                r.link.fail(s, "refused to discard extent " + e.index + ": " + refused.getMessage());
+            }
         });
     }
 

@@ -176,6 +176,40 @@ class PoolFaultTest {
         }
     }
 
+    /**
+     * A discard the server answers with an error leaves the copy there. Nothing refers to it any more, and a later
+     * placement of the same extent on that server (the same offsets) would read its bytes wherever it has not
+     * written yet. The link ends its session instead, as for a lost connection; the next session trims whatever
+     * the last one held there before the server is used again.
+     */
+    @Test
+    void aRefusedDiscardEndsTheSessionAndItsCopyIsTrimmedOnReconnect() throws Exception {
+        try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 4L << 20, 2))) {
+            v.write(0, ByteBuffer.wrap(pattern(9, EXTENT))).join();
+            assertThat(c.servers.get(0).store().ramUsedBytes()).isEqualTo(EXTENT);
+            MemServerLink link = v.links().getFirst();
+            MemServerLink.Session before = link.session();
+            // A connection under this client's next session number: the server now refuses the current
+            // session's trims, as it would refuse a discard it could not carry out.
+            String next = v.space().withSession(before.generation() + 1).exportName();
+            try (io.jnbd.client.NbdClient refuser = io.jnbd.client.NbdClient.connect(
+                    io.jnbd.client.NbdUri.parse("nbd://" + c.addresses().getFirst() + "/" + next),
+                    io.jnbd.client.ClientOptions.defaults())) {
+                v.trim(0, EXTENT).join(); // the extent is retired: both copies are discarded, server 0 refuses
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while ((c.servers.get(0).store().ramUsedBytes() > 0 || link.session() == null) && System.nanoTime() < deadline) {
+                    Thread.sleep(20);
+                }
+                assertThat(c.servers.get(0).store().ramUsedBytes()).as("server 0 after the refused discard").isZero();
+                assertThat(link.session()).isNotNull().isNotSameAs(before);
+                assertThat(c.servers.get(1).store().ramUsedBytes()).isZero();
+            }
+            ByteBuffer back = ByteBuffer.allocate(EXTENT);
+            v.read(0, back).join();
+            assertThat(back.array()).isEqualTo(new byte[EXTENT]);
+        }
+    }
+
     @Test
     void aServerRestartedAtTheSameAddressIsNeverReadAsItsEarlierSelf() throws Exception {
         // Recovery throttled to a byte a second: no copy onto the restarted server can finish in this test.
