@@ -23,14 +23,10 @@ final class ChunkBuffers {
         this.chunk = chunk;
     }
 
-    /** A buffer of one chunk's size, cleared; give it back with {@link #release}. */
-    ByteBuffer take() {
+    /** A buffer of one chunk's size, cleared. */
+    private ByteBuffer take() {
         ByteBuffer b = free.poll();
         return b != null ? b.clear() : ByteBuffer.allocateDirect(chunk);
-    }
-
-    void release(ByteBuffer b) {
-        free.add(b);
     }
 
     /** This thread's buffer of {@link #PROBE} bytes, cleared. */
@@ -48,7 +44,7 @@ final class ChunkBuffers {
         }
 
         synchronized void release() {
-            if (buffer != null) ChunkBuffers.this.release(buffer);
+            if (buffer != null) free.add(buffer);
             buffer = null;
         }
     }
