@@ -48,6 +48,7 @@ public final class MetricsEndpoint implements AutoCloseable {
         gauge("jnbd_connections_open", "Open connections holding a slot of --max-connections (in the handshake or "
             + "transmission)", server::connectionCount);
         gauge("jnbd_buffer_in_use_bytes", "Off-heap buffer memory on loan for block data", server::bufferBytesInUse);
+        gauge("jnbd_buffer_peak_bytes", "The most off-heap buffer memory that was ever on loan at once", server::bufferPeakBytes);
         gauge("jnbd_buffer_budget_bytes", "Off-heap buffer memory the server may lend at once (--buffer-memory)",
             server::bufferBudgetBytes);
         gauge("jnbd_io_queue_length", "Disk operations waiting for an I/O thread", server::ioQueueLength);

@@ -363,6 +363,11 @@ public final class NbdServer implements AutoCloseable {
         return buffers.outstandingBytes();
     }
 
+    /** The most bytes of the buffer budget that were ever on loan at once. */
+    public long bufferPeakBytes() {
+        return buffers.peakBytes();
+    }
+
     /** The most bytes of block data that may be on loan at once (see {@link ServerConfig#bufferBudget()}). */
     public long bufferBudgetBytes() {
         return buffers.budgetBytes();

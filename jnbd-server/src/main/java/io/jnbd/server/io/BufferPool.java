@@ -46,6 +46,8 @@ public final class BufferPool {
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition released = lock.newCondition();
     private long outstanding;
+    /** The most {@link #outstanding} has been since the pool was made. Guarded by lock. */
+    private long peak;
     private final AtomicLong cachedBytes = new AtomicLong();
     /** Free buffers of the classes that are not carved; lock-free, as the small classes are the busiest. */
     @SuppressWarnings("unchecked")
@@ -126,6 +128,7 @@ public final class BufferPool {
             // One buffer is always allowed, so a single large request can never wait forever.
             while (outstanding > 0 && outstanding + bytes > budget) released.await();
             outstanding += bytes;
+            peak = Math.max(peak, outstanding);
         } finally {
             lock.unlock();
         }
@@ -146,6 +149,7 @@ public final class BufferPool {
                 released.awaitNanos(left);
             }
             outstanding += bytes;
+            peak = Math.max(peak, outstanding);
         } finally {
             lock.unlock();
         }
@@ -269,6 +273,16 @@ public final class BufferPool {
     }
 
     /** Bytes currently on loan. */
+    /** The most bytes that were ever on loan at once: what a test or an operator checks against the budget. */
+    public long peakBytes() {
+        lock.lock();
+        try {
+            return peak;
+        } finally {
+            lock.unlock();
+        }
+    }
+
     public long outstandingBytes() {
         lock.lock();
         try {
