@@ -215,7 +215,8 @@ final class Connection implements Runnable {
         Intake in = new Intake(transport, server.inputBuffers(), config.busyPoll().toNanos(), config.receiveTimeout());
         intake = in;
         ReplyWriter out = new ReplyWriter(transport, window::completed, this::abort);
-        Dispatcher dispatcher = new Dispatcher(session.export(), session.structuredReplies(), window, out, Thread.currentThread());
+        Dispatcher dispatcher = new Dispatcher(session.export(), session.structuredReplies(), window, out,
+            Thread.currentThread(), this::drop);
         Replies replies = new Replies(session, stats, peer);
         DataPath path = DataPath.of(session.export(), transport.zeroCopyFiles(), server.executorFor(session.export().backend()),
             server.buffers(), replies, stats, dispatcher);
@@ -253,20 +254,28 @@ final class Connection implements Runnable {
                     break;
                 }
                 int error = validator.check(r);
-                if (r.hasPayload() && r.length() > config.maxPayload() && r.length() > config.writeDiscardLimit()) {
-                    throw new ProtocolException("write of " + r.length() + " bytes is beyond any payload this server reads");
+                if (r.hasPayload() && error != 0) {
+                    if (r.length() > config.maxPayload() && r.length() > config.writeDiscardLimit()) {
+                        throw new ProtocolException("refused a write of " + r.length() + " bytes, too long to read and drop");
+                    }
+                    in.discard(r.length());
                 }
-                if (r.hasPayload() && error != 0) in.discard(r.length());
-                InFlight f = new InFlight(r, received, error == 0 ? Window.bytePermits(r, path.zeroCopy()) : 0);
+                boolean streamed = error == 0 && session.export().streamed(r);
+                InFlight f = new InFlight(r, received, error == 0 ? Window.bytePermits(r, path.zeroCopy(), streamed) : 0);
                 window.acquire(f, submit);
                 if (error != 0) {
                     dispatcher.emit(replies.error(f, error, RequestValidator.message(r, error)));
                     continue;
                 }
+                if (streamed) {
+                    submit.run(); // what came before goes first; the stream may take a while
+                    dispatcher.stream(f, in, leaser);
+                    continue;
+                }
                 if (r.hasPayload() && r.length() > 0) {
                     int chunk = dispatcher.writeChunk(r);
                     if (chunk > 0) {
-                        new SplitWrite(path, f, chunk).receive(in, leaser);
+                        new SplitWrite(path, f, chunk, Integer.MAX_VALUE).receive(in, leaser);
                         dispatcher.flush();
                         continue;
                     }

@@ -30,6 +30,12 @@ record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, int
 
         /** Ends a request that gets no reply because its connection is going. */
         void completed(InFlight f);
+
+        /** Closes the connection: a reply already begun cannot say what went wrong (see SplitRead). */
+        void abort(String why);
+
+        /** False once nothing more reaches the client: work still to start for it can be left undone. */
+        boolean open();
     }
 
     /** {@code zeroCopyTransport}: the connection's transport sends files without copying them (see Transport.zeroCopyFiles). */

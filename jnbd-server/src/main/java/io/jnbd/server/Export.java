@@ -55,10 +55,28 @@ public record Export(String name, String description, Backend backend, ExportTun
         return tuning.chunkSize();
     }
 
-    /** How a read is split into chunks sent as they are read (see SplitRead); only with structured replies. */
+    /**
+     * A read or write longer than the export's maximum payload, which only a client that did not agree block
+     * sizes may send (RequestValidator): no buffer holds it, so it is streamed in pieces of {@link #STREAM_PIECE},
+     * at most {@link #STREAM_HELD} of them in memory at once (see SplitRead and SplitWrite).
+     */
+    boolean streamed(io.jnbd.protocol.Request r) {
+        return (r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE) && r.length() > backend.blockSizes().maximum();
+    }
+
+    static final int STREAM_PIECE = 4 << 20;
+    static final int STREAM_HELD = 4;
+    /** What a streamed request holds of its connection's buffer share. */
+    static final long STREAM_BYTES = (long) STREAM_PIECE * STREAM_HELD;
+
+    /**
+     * How a read is cut into pieces sent as they are read (see SplitRead), or null to read it whole: a read too
+     * long for one buffer always; otherwise, a read longer than the split threshold, with structured replies.
+     */
     ReadPlan readPlan(io.jnbd.protocol.Request r, boolean structured) {
-        if (!structured || r.has(Nbd.CMD_FLAG_DF) || r.length() <= tuning.splitThreshold()) return ReadPlan.WHOLE;
-        int chunks = (int) ((r.length() + tuning.chunkSize() - 1) / tuning.chunkSize());
-        return new ReadPlan(chunks, tuning.chunkSize(), tuning.streams());
+        boolean ordered = !structured || r.has(Nbd.CMD_FLAG_DF);
+        if (streamed(r)) return new ReadPlan(r.offset(), r.length(), STREAM_PIECE, tuning.streams(), STREAM_HELD, ordered);
+        if (ordered || r.length() <= tuning.splitThreshold()) return null;
+        return new ReadPlan(r.offset(), r.length(), tuning.chunkSize(), tuning.streams(), Integer.MAX_VALUE, false);
     }
 }

@@ -97,6 +97,14 @@ final class Replies {
         return ReplyWriter.Part.withData(readHeader(r, offset, data.remaining(), completes != null), data, lease, completes);
     }
 
+    /**
+     * The first piece of a read sent as one reply behind one header (see {@link ReadPlan#ordered}): the header
+     * covers the whole read, and the other pieces follow it on the wire with none of their own.
+     */
+    ReplyWriter.Part orderedHead(Request r, ByteBuffer data, Releasable lease, InFlight completes) {
+        return ReplyWriter.Part.withData(readHeader(r, r.offset(), (int) r.length(), true), data, lease, completes);
+    }
+
     /** Read data sent from the file itself (sendfile). */
     ReplyWriter.Part file(InFlight f, FileChannel file, int fd) {
         Request r = f.request;

@@ -183,6 +183,11 @@ final class ReplyWriter implements Runnable {
         return since == 0 ? 0 : now - Math.max(since, transport.lastSentNanos());
     }
 
+    /** True once the socket failed or the writer stopped: nothing more reaches the client. */
+    boolean failed() {
+        return failed;
+    }
+
     /** Asks the writer to stop once everything queued so far is written. */
     void finish() {
         queueLock.lock();

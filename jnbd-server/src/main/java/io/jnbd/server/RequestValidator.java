@@ -14,6 +14,9 @@ final class RequestValidator {
     private static final int KNOWN_FLAGS = Nbd.CMD_FLAG_FUA | Nbd.CMD_FLAG_NO_HOLE | Nbd.CMD_FLAG_DF
         | Nbd.CMD_FLAG_REQ_ONE | Nbd.CMD_FLAG_FAST_ZERO;
 
+    /** The most data one OFFSET_DATA chunk carries: its length field is 32 bits and counts the offset too. */
+    private static final long MAX_CHUNK_DATA = 0xFFFF_FFFFL - 8;
+
     private final Session session;
     private final Backend backend;
     private final long size;
@@ -54,9 +57,14 @@ final class RequestValidator {
             }
             default -> { }
         }
-        if ((r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE) && r.length() > blockSizes.maximum()) {
+        // The maximum binds only a client that agreed block sizes; for the others the spec asks for an effectively
+        // unlimited one, and the request is streamed (Export.streamed). One structured chunk cannot carry more
+        // than 2^32 - 9 bytes of data, so a read that must not be fragmented stays below that.
+        if ((r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE) && session.blockSizeAgreed()
+                && r.length() > blockSizes.maximum()) {
             return Nbd.EOVERFLOW;
         }
+        if (r.type() == Nbd.CMD_READ && r.has(Nbd.CMD_FLAG_DF) && r.length() > MAX_CHUNK_DATA) return Nbd.EOVERFLOW;
         // Unsigned comparisons: an offset near 2^64 must not wrap around into range.
         if (Long.compareUnsigned(r.offset(), size) > 0 || r.length() > size - r.offset()) {
             return writes ? Nbd.ENOSPC : Nbd.EINVAL;
@@ -73,7 +81,7 @@ final class RequestValidator {
         return switch (error) {
             case Nbd.EPERM -> "export is read-only";
             case Nbd.ENOSPC -> "request runs past the end of the export";
-            case Nbd.EOVERFLOW -> "request is larger than the maximum payload";
+            case Nbd.EOVERFLOW -> "request is larger than the maximum payload agreed";
             default -> "invalid request " + r;
         };
     }

@@ -4,49 +4,70 @@ import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
 import io.jnbd.server.io.BufferPool;
 import java.io.IOException;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * A large direct write whose payload goes to the disk chunk by chunk as it arrives, so that the disk writes
- * the first chunks while the network still carries the last (the overlap of split reads, turned round). The
- * reply leaves when every chunk is written; the first failure, if any, is the reply.
+ * A write whose payload goes to the backend piece by piece as it arrives, so that the disk writes the first
+ * pieces while the network still carries the last (the overlap of split reads, turned round). The same
+ * machinery streams a write larger than any buffer: at most {@code held} pieces hold a buffer at once, and the
+ * reader waits for a piece to be written before it takes the next from the socket, so a slow disk slows the
+ * client instead of filling the server's memory. Pieces lie on boundaries of the piece size counted from offset 0
+ * of the export (the first may be shorter), so that on a direct export no two pieces share a disk block. The
+ * reply leaves when every piece is written; the first failure, if any, is the reply.
  */
 final class SplitWrite {
     private final DataPath path;
     private final InFlight flight;
     private final int chunk;
+    /** Pieces that may hold a buffer at once. */
+    private final Semaphore held;
     /** Chunks submitted and not yet written, plus one held by the reader until the payload is all in. */
     private final AtomicInteger pending = new AtomicInteger(1);
     private volatile Replies.Failure failure;
     private volatile boolean receiveFailed;
 
-    SplitWrite(DataPath path, InFlight flight, int chunk) {
+    SplitWrite(DataPath path, InFlight flight, int chunk, int held) {
         this.path = path;
         this.flight = flight;
         this.chunk = chunk;
+        this.held = new Semaphore(held);
     }
 
     /** On the reader: receives the payload piece by piece, each piece going to an I/O thread once it is in. */
     void receive(Intake intake, Intake.Leaser leaser) throws IOException, InterruptedException {
         Request r = flight.request;
         path.stats().splitWrite();
+        Intake.Leaser bounded = size -> {
+            held.acquire();
+            try {
+                return leaser.lease(size);
+            } catch (InterruptedException | RuntimeException e) {
+                held.release();
+                throw e;
+            }
+        };
+        int head = (int) Math.min(r.length(), (chunk - r.offset() % chunk) % chunk);
         try {
-            intake.receivePayload(r.length(), chunk, leaser, (at, piece) -> {
-                long offset = r.offset() + at;
-                if (at == 0) flight.timing.diskStart = System.nanoTime();
-                pending.incrementAndGet();
-                try {
-                    path.work().execute(() -> writeChunk(offset, piece));
-                } catch (RuntimeException e) { // the pool is shutting down
-                    piece.release();
-                    fail(new Replies.Failure(Nbd.ESHUTDOWN, "server is shutting down"));
-                    chunkDone();
-                }
-            });
+            if (head > 0) intake.receivePayload(head, head, bounded, (at, piece) -> submit(r.offset() + at, piece));
+            if (r.length() > head) intake.receivePayload(r.length() - head, chunk, bounded, (at, piece) -> submit(r.offset() + head + at, piece));
         } catch (IOException | InterruptedException | RuntimeException e) {
             receiveFailed = true;
             throw e;
         } finally {
+            chunkDone();
+        }
+    }
+
+    private void submit(long offset, BufferPool.Lease piece) {
+        if (offset == flight.request.offset()) flight.timing.diskStart = System.nanoTime();
+        pending.incrementAndGet();
+        try {
+            path.work().execute(() -> writeChunk(offset, piece));
+        } catch (RuntimeException e) { // the pool is shutting down
+            piece.release();
+            held.release();
+            fail(new Replies.Failure(Nbd.ESHUTDOWN, "server is shutting down"));
             chunkDone();
         }
     }
@@ -59,6 +80,7 @@ final class SplitWrite {
             fail(path.replies().failure(flight.request, t));
         } finally {
             piece.release();
+            held.release();
             chunkDone();
         }
     }

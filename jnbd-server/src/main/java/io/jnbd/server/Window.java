@@ -25,10 +25,14 @@ final class Window {
         this.stats = stats;
     }
 
-    /** Requests that hold an off-heap buffer while in flight (a write payload, or a read not sent by sendfile). */
-    static int bytePermits(Request r, boolean zeroCopy) {
+    /**
+     * Requests that hold an off-heap buffer while in flight (a write payload, or a read not sent by sendfile);
+     * a streamed request (Export.streamed) holds only the pieces it has in memory at once.
+     */
+    static int bytePermits(Request r, boolean zeroCopy, boolean streamed) {
         boolean buffered = r.type() == Nbd.CMD_WRITE || (r.type() == Nbd.CMD_READ && !zeroCopy);
-        return buffered ? (int) Math.max(1, (r.length() + 4095) / 4096) : 0;
+        long held = streamed ? Math.min(r.length(), Export.STREAM_BYTES) : r.length();
+        return buffered ? (int) Math.max(1, (held + 4095) / 4096) : 0;
     }
 
     /**
