@@ -42,6 +42,8 @@ final class Recovery implements AutoCloseable {
     private final AtomicLong bytesCopied = new AtomicLong(), extentsRestored = new AtomicLong();
     private volatile long rate;
     private volatile boolean closed;
+    /** Tests only, null otherwise: runs on the repair's thread after a copy's last chunk, before it goes in sync. */
+    volatile Runnable beforeInSync;
     private Thread worker;
 
     Recovery(PoolVolume volume, long bytesPerSecond) {
@@ -123,13 +125,13 @@ final class Recovery implements AutoCloseable {
             }
             Replica stale = null;
             for (Replica r : e.replicas()) {
-                if (r.state == Replica.State.STALE && r.live()) stale = r;
-                else if (r.state != Replica.State.IN_SYNC && !r.live()) e.remove(r);
+                if (r.state() == Replica.State.STALE && r.live()) stale = r;
+                else if (r.state() != Replica.State.IN_SYNC && !r.live()) e.remove(r);
             }
             if (readable >= wanted) {
                 // Enough copies: a stale one left over is freed rather than kept.
                 for (Replica r : e.replicas()) {
-                    if (r.state == Replica.State.STALE) {
+                    if (r.state() == Replica.State.STALE) {
                         e.remove(r);
                         volume.discardCopy(e, r);
                     }
@@ -182,13 +184,13 @@ final class Recovery implements AutoCloseable {
             e.add(target);
             target.link.extentsHeld.add(e.index);
         }
-        target.state = Replica.State.SYNCING;
+        if (!target.transition(Replica.State.STALE, Replica.State.SYNCING)) return false;
         ByteBuffer buf = ByteBuffer.allocateDirect(CHUNK);
         for (long off = 0; off < len; off += CHUNK) {
             int n = (int) Math.min(CHUNK, len - off);
             RangeGate.Ticket ticket = e.gate.acquire(off, off + n).join();
             try {
-                if (target.state != Replica.State.SYNCING || !target.live()) return false; // a write to it failed
+                if (target.state() != Replica.State.SYNCING || !target.live()) return false; // a write to it failed
                 Replica src = source(e);
                 if (src == null) return false;
                 MemServerLink.Session ss = src.link.session();
@@ -219,8 +221,11 @@ final class Recovery implements AutoCloseable {
                 e.gate.release(ticket);
             }
         }
-        if (target.state != Replica.State.SYNCING || !target.live()) return false;
-        target.state = Replica.State.IN_SYNC;
+        if (!target.live()) return false;
+        Runnable hook = beforeInSync;
+        if (hook != null) hook.run();
+        // A write it refused since the last chunk demoted it: the move fails, and the copy is dropped unread.
+        if (!target.transition(Replica.State.SYNCING, Replica.State.IN_SYNC)) return false;
         log.debug("pool: {} has a new copy on {}", e, target.link.name());
         return true;
     }
