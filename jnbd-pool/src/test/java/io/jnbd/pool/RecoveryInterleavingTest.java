@@ -8,9 +8,11 @@ import io.jnbd.client.NbdClient;
 import io.jnbd.client.NbdUri;
 import io.jnbd.pool.memserver.MemServer;
 import java.nio.ByteBuffer;
+import java.time.Duration;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
@@ -26,13 +28,21 @@ class RecoveryInterleavingTest {
     static final int EXTENT = 64 << 10;
 
     /**
+     * One extent on two servers. Nothing here waits on the server timeout (a killed server's connections are
+     * reset at once); it is long so that a slow, busy machine is not taken for a hung server.
+     */
+    static PoolConfig config(TestCluster c) throws Exception {
+        return PoolFaultTest.config(c, EXTENT, 2).withExtentSize(EXTENT).withServerTimeout(Duration.ofSeconds(10));
+    }
+
+    /**
      * A write that the new copy's server refuses while the copy is being made demotes the copy; if the copier
      * then declared it in sync, a replica that missed an acknowledged write would be read from.
      */
     @Test
     void aCopyDemotedRightBeforeItWouldGoInSyncIsNeverRead() throws Exception {
         try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(32L << 20));
-             PoolVolume v = PoolVolume.open(PoolFaultTest.config(c, EXTENT, 2).withExtentSize(EXTENT))) {
+             PoolVolume v = PoolVolume.open(config(c))) {
             byte[] before = pattern(1, EXTENT), acknowledged = pattern(2, EXTENT);
             v.write(0, ByteBuffer.wrap(before)).get(10, TimeUnit.SECONDS);
             MemServerLink b = v.links().get(1);
@@ -51,7 +61,7 @@ class RecoveryInterleavingTest {
                     String next = v.space().withSession(copy.generation + 1).exportName();
                     fences.add(NbdClient.connect(NbdUri.parse("nbd://" + c.addresses().get(1) + "/" + next),
                         ClientOptions.defaults()));
-                    v.write(0, ByteBuffer.wrap(acknowledged)).get(10, TimeUnit.SECONDS);
+                    v.write(0, ByteBuffer.wrap(acknowledged)).get(30, TimeUnit.SECONDS);
                     assertThat(copy.state()).as("the copy after the write it refused").isEqualTo(Replica.State.STALE);
                 } catch (Throwable t) {
                     hookErrors.add(t);
@@ -72,6 +82,42 @@ class RecoveryInterleavingTest {
                         Arrays.equals(got.array(), before)).isTrue();
             } finally {
                 for (NbdClient f : fences) f.close();
+            }
+        }
+    }
+
+    /**
+     * The copier waits out its rate limit with the chunk's range of the extent's gate let go: a write to that
+     * chunk goes on meanwhile rather than waiting for the rate limit too. The limit here is a byte a second, and
+     * the copier's wait is held by the test until the write is done.
+     */
+    @Test
+    void aWriteToTheChunkBeingCopiedDoesNotWaitOutTheRateLimit() throws Exception {
+        try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(32L << 20));
+             PoolVolume v = PoolVolume.open(config(c).withRecoveryRate(1))) {
+            v.write(0, ByteBuffer.wrap(pattern(3, EXTENT))).get(10, TimeUnit.SECONDS);
+            CountDownLatch waiting = new CountDownLatch(1), resume = new CountDownLatch(1);
+            v.recovery().sleeper = nanos -> {
+                waiting.countDown();
+                resume.await();
+            };
+            try {
+                c.kill(1);
+                c.restart(1); // empty: extent 0 is copied onto it anew, and the copier's first chunk waits
+                assertThat(waiting.await(60, TimeUnit.SECONDS)).as("the copier reached its rate-limit wait").isTrue();
+                assertThat(v.extent(0).gate.size()).as("ranges of extent 0 held while the copier waits").isZero();
+                byte[] acknowledged = pattern(4, EXTENT);
+                v.write(0, ByteBuffer.wrap(acknowledged)).get(30, TimeUnit.SECONDS);
+                assertThat(resume.getCount()).as("the copier is still waiting").isOne();
+                resume.countDown();
+                await(() -> v.status().belowReplicas() == 0 && v.status().recovery().queued() == 0);
+                // The copier looked at the chunk afresh after its wait: the new copy has the write too.
+                c.kill(0);
+                ByteBuffer got = ByteBuffer.allocate(EXTENT);
+                v.read(0, got).get(30, TimeUnit.SECONDS);
+                assertThat(Arrays.equals(got.array(), acknowledged)).as("extent 0 read from the new copy alone").isTrue();
+            } finally {
+                resume.countDown();
             }
         }
     }
