@@ -218,7 +218,7 @@ final class Recovery implements AutoCloseable {
         if (!target.live()) return false;
         Runnable hook = beforeInSync;
         if (hook != null) hook.run();
-        // A write it refused since the last chunk demoted it: the move fails, and the copy is dropped unread.
+        // A write it refused after the last chunk's check demoted it: the move fails, the copy is dropped unread.
         if (!target.transition(Replica.State.SYNCING, Replica.State.IN_SYNC)) return false;
         log.debug("pool: {} has a new copy on {}", e, target.link.name());
         return true;
