@@ -71,7 +71,7 @@ final class Extent {
     boolean healthy(int wanted) {
         int n = 0;
         for (Replica r : replicas) {
-            if (!r.live() || r.state != Replica.State.IN_SYNC) return false;
+            if (!r.live() || r.state() != Replica.State.IN_SYNC) return false;
             n++;
         }
         return n >= wanted;

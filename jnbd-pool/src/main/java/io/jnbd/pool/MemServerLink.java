@@ -18,6 +18,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -54,7 +55,16 @@ final class MemServerLink {
     private final Duration timeout;
     private final int extentSize;
     private final Listener listener;
-    private volatile Session session;
+    /**
+     * The current session, null while the server is down; read without a lock by every request. Three moves,
+     * each made in one place: null to a session only in {@link #connect}, under this link's monitor, which keeps
+     * connects apart (nothing else leaves null, so a set is enough); a session to null in {@link #fail} by
+     * compare-and-set, from whichever thread saw it fail, so the first report wins and a late one about an
+     * ended session changes nothing; and to null for good in {@link #close}, under the monitor, so that a
+     * connect under way ends first and none starts after. {@code fail} takes no lock: it runs on the threads
+     * that complete requests, which must not wait out a connect that may take the whole timeout.
+     */
+    private final AtomicReference<Session> session = new AtomicReference<>();
     private volatile long free = -1;
     private volatile String lastError = "not connected yet";
     private final AtomicInteger inFlight = new AtomicInteger();
@@ -105,7 +115,7 @@ final class MemServerLink {
 
     /** The current session, or null while the server is down. */
     Session session() {
-        return session;
+        return session.get();
     }
 
     long free() {
@@ -158,7 +168,7 @@ final class MemServerLink {
     /** Connects now on the caller's thread; throws why it could not. The supervisor keeps trying afterwards. */
     void connectOnce() throws IOException {
         synchronized (this) {
-            if (session != null) return;
+            if (session.get() != null) return;
             connect();
         }
         listener.up(this);
@@ -167,11 +177,11 @@ final class MemServerLink {
     private void supervise() {
         long backoff = 200;
         while (!closed) {
-            Session s = session;
+            Session s = session.get();
             if (s == null) {
                 try {
                     synchronized (this) {
-                        if (session == null && !closed) connect();
+                        if (session.get() == null && !closed) connect();
                     }
                     backoff = 200;
                     listener.up(this);
@@ -185,7 +195,7 @@ final class MemServerLink {
                 }
             }
             sleep(POLL.toMillis());
-            if (session == s && !closed) poll(s);
+            if (session.get() == s && !closed) poll(s);
         }
     }
 
@@ -213,7 +223,7 @@ final class MemServerLink {
             lastIncarnation = desc.incarnation();
             free = desc.free();
             lastError = null;
-            session = new Session(nextGeneration++, desc.incarnation(), data, status);
+            session.set(new Session(nextGeneration++, desc.incarnation(), data, status));
             log.info("memory server {}: up (incarnation {}, {} MiB free)", name, Long.toHexString(desc.incarnation()), desc.free() >> 20);
         } catch (IOException | RuntimeException e) {
             closeQuietly(data);
@@ -266,10 +276,7 @@ final class MemServerLink {
      * first report of a session counts; a report about an older session is ignored.
      */
     void fail(Session s, String why) {
-        synchronized (wake) {
-            if (session != s || s == null) return;
-            session = null;
-        }
+        if (s == null || !session.compareAndSet(s, null)) return;
         lastError = why;
         log.warn("memory server {}: lost ({})", name, why);
         Thread.ofVirtual().name("jnbd-pool-close-" + name).start(() -> {
@@ -310,8 +317,10 @@ final class MemServerLink {
                 Thread.currentThread().interrupt();
             }
         }
-        Session s = session;
-        session = null;
+        Session s;
+        synchronized (this) {
+            s = session.getAndSet(null);
+        }
         if (s != null) {
             closeQuietly(s.data());
             closeQuietly(s.status());

@@ -149,6 +149,10 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         return placement;
     }
 
+    Recovery recovery() {
+        return recovery;
+    }
+
     // ---- requests ----
 
     /** Fills {@code dst} from its position to its limit; the position stays where it was. */
@@ -235,7 +239,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         MemServerLink.Session session = null;
         for (Replica r : e.replicas()) {
             MemServerLink.Session s = r.link.session();
-            if (r.state != Replica.State.IN_SYNC || s == null || s.generation() != r.generation) continue;
+            if (r.state() != Replica.State.IN_SYNC || s == null || s.generation() != r.generation) continue;
             if (best == null || r.link.inFlight() < best.link.inFlight()) {
                 best = r;
                 session = s;
@@ -309,11 +313,11 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         List<MemServerLink.Session> sessions = new ArrayList<>();
         for (Replica r : e.replicas()) {
             MemServerLink.Session s = r.link.session();
-            if (r.state == Replica.State.STALE || s == null || s.generation() != r.generation) continue;
+            if (r.state() == Replica.State.STALE || s == null || s.generation() != r.generation) continue;
             targets.add(r);
             sessions.add(s);
         }
-        if (targets.stream().noneMatch(r -> r.state == Replica.State.IN_SYNC)) {
+        if (targets.stream().noneMatch(r -> r.state() == Replica.State.IN_SYNC)) {
             lose(e, "no replica is left to write");
             return CompletableFuture.failedFuture(lostError(e));
         }
@@ -338,7 +342,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         for (int i = 0; i < targets.size(); i++) {
             Replica r = targets.get(i);
             Throwable err = sent.get(i).isCompletedExceptionally() ? unwrap(sent.get(i).exceptionNow()) : null;
-            boolean inSync = r.state == Replica.State.IN_SYNC;
+            boolean inSync = r.state() == Replica.State.IN_SYNC;
             if (err == null) {
                 if (inSync) acked++;
                 continue;
@@ -374,10 +378,10 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         else r.link.fail(s, MemServerLink.rootMessage(err));
     }
 
+    /** See {@link Replica} for who else moves a replica's state, and why this move may not be lost. */
     private void demote(Extent e, Replica r) {
-        if (r.state != Replica.State.STALE) {
+        if (r.demote()) {
             log.warn("pool: {} on {} is stale (a request to it failed); it will be copied anew", e, r.link.name());
-            r.state = Replica.State.STALE;
         }
         recovery.enqueue(e.index);
     }

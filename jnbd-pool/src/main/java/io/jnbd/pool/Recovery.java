@@ -21,14 +21,18 @@ import org.slf4j.LoggerFactory;
  * in the background and rate-limited while I/O goes on. An extent below N copies gets a new replica: its range on
  * the new server is cleared, the replica joins the group (from then on it receives every write), and the extent
  * is copied chunk by chunk from a readable replica, each chunk under the extent's {@link RangeGate}, so that no
- * write to that chunk lands between the read from the source and the write to the new copy. A stale replica
- * whose server is still up is resynced the same way in place.
+ * write to that chunk lands between the read from the source and the write to the new copy. The rate limit is
+ * waited out with no chunk held, so that a write to the chunk next in line never waits for it. A stale replica
+ * whose server is still up is resynced the same way in place. A copy goes in sync only if no write demoted it
+ * meanwhile (see {@link Replica}).
  */
 final class Recovery implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Recovery.class);
     private static final int CHUNK = 1 << 20;
     /** Extents copied at once: enough to keep the network busy while one waits for a round trip. */
     private static final int PARALLEL = 4;
+    /** What {@link #copyChunk} returns besides a wait. */
+    private static final long FAILED = -1, COPIED = 0;
 
     private final PoolVolume volume;
     private final RateLimiter limiter;
@@ -42,7 +46,15 @@ final class Recovery implements AutoCloseable {
     private final AtomicLong bytesCopied = new AtomicLong(), extentsRestored = new AtomicLong();
     private volatile long rate;
     private volatile boolean closed;
+    /** Tests only, null otherwise: runs on the repair's thread after a copy's last chunk, before it goes in sync. */
+    volatile Runnable beforeInSync;
+    /** How a copier waits out the rate limit; tests replace it to hold the copier there. */
+    volatile Sleeper sleeper = TimeUnit.NANOSECONDS::sleep;
     private Thread worker;
+
+    interface Sleeper {
+        void sleep(long nanos) throws InterruptedException;
+    }
 
     Recovery(PoolVolume volume, long bytesPerSecond) {
         this.volume = volume;
@@ -123,13 +135,13 @@ final class Recovery implements AutoCloseable {
             }
             Replica stale = null;
             for (Replica r : e.replicas()) {
-                if (r.state == Replica.State.STALE && r.live()) stale = r;
-                else if (r.state != Replica.State.IN_SYNC && !r.live()) e.remove(r);
+                if (r.state() == Replica.State.STALE && r.live()) stale = r;
+                else if (r.state() != Replica.State.IN_SYNC && !r.live()) e.remove(r);
             }
             if (readable >= wanted) {
                 // Enough copies: a stale one left over is freed rather than kept.
                 for (Replica r : e.replicas()) {
-                    if (r.state == Replica.State.STALE) {
+                    if (r.state() == Replica.State.STALE) {
                         e.remove(r);
                         volume.discardCopy(e, r);
                     }
@@ -182,47 +194,75 @@ final class Recovery implements AutoCloseable {
             e.add(target);
             target.link.extentsHeld.add(e.index);
         }
-        target.state = Replica.State.SYNCING;
+        if (!target.transition(Replica.State.STALE, Replica.State.SYNCING)) return false;
         ByteBuffer buf = ByteBuffer.allocateDirect(CHUNK);
-        for (long off = 0; off < len; off += CHUNK) {
+        boolean paid = false;
+        for (long off = 0; off < len; ) {
             int n = (int) Math.min(CHUNK, len - off);
-            RangeGate.Ticket ticket = e.gate.acquire(off, off + n).join();
+            long step = copyChunk(e, target, ts, off, n, buf, timeout, paid);
+            if (step == FAILED) return false;
+            if (step == COPIED) {
+                off += CHUNK;
+                paid = false;
+                continue;
+            }
+            // Waited out with the chunk's range let go, so that writes to it go on meanwhile; then it is
+            // looked at afresh, since it may have changed.
+            paid = true;
             try {
-                if (target.state != Replica.State.SYNCING || !target.live()) return false; // a write to it failed
-                Replica src = source(e);
-                if (src == null) return false;
-                MemServerLink.Session ss = src.link.session();
-                if (ss == null || ss.generation() != src.generation) return false;
-                long at = e.start + off;
-                boolean data;
-                try {
-                    data = hasData(await(src.link.call(() -> ss.data().blockStatus(at, n)), timeout));
-                    if (data) {
-                        limiter.acquire(n);
-                        buf.clear().limit(n);
-                        await(src.link.call(() -> ss.data().read(at, buf.duplicate())), timeout);
-                    }
-                } catch (Exception ex) {
-                    volume.replicaFailedOnCopy(e, src, ss, ex);
-                    return false;
-                }
-                if (data) {
-                    try {
-                        await(target.link.call(() -> ts.data().write(at, buf.duplicate(), false)), timeout);
-                    } catch (Exception ex) {
-                        targetFailed(target, ts, ex);
-                        return false;
-                    }
-                    bytesCopied.addAndGet(n);
-                }
-            } finally {
-                e.gate.release(ticket);
+                sleeper.sleep(step);
+            } catch (InterruptedException ex) {
+                Thread.currentThread().interrupt();
             }
         }
-        if (target.state != Replica.State.SYNCING || !target.live()) return false;
-        target.state = Replica.State.IN_SYNC;
+        if (!target.live()) return false;
+        Runnable hook = beforeInSync;
+        if (hook != null) hook.run();
+        // A write it refused after the last chunk's check demoted it: the move fails, the copy is dropped unread.
+        if (!target.transition(Replica.State.SYNCING, Replica.State.IN_SYNC)) return false;
         log.debug("pool: {} has a new copy on {}", e, target.link.name());
         return true;
+    }
+
+    /**
+     * Copies one chunk under its range of the extent's gate, so that no write to it lands between the read from
+     * the source and the write to the target. Returns {@link #COPIED}, {@link #FAILED}, or how many nanoseconds
+     * the rate limit wants the copier to wait before it sends the chunk (now paid for): it waits with the range
+     * released, and comes back with {@code paid}.
+     */
+    private long copyChunk(io.jnbd.pool.Extent e, Replica target, MemServerLink.Session ts, long off, int n,
+                           ByteBuffer buf, long timeout, boolean paid) {
+        RangeGate.Ticket ticket = e.gate.acquire(off, off + n).join();
+        try {
+            if (target.state() != Replica.State.SYNCING || !target.live()) return FAILED; // a write to it failed
+            Replica src = source(e);
+            if (src == null) return FAILED;
+            MemServerLink.Session ss = src.link.session();
+            if (ss == null || ss.generation() != src.generation) return FAILED;
+            long at = e.start + off;
+            try {
+                if (!hasData(await(src.link.call(() -> ss.data().blockStatus(at, n)), timeout))) return COPIED;
+                if (!paid) {
+                    long wait = limiter.reserve(n);
+                    if (wait > 0) return wait;
+                }
+                buf.clear().limit(n);
+                await(src.link.call(() -> ss.data().read(at, buf.duplicate())), timeout);
+            } catch (Exception ex) {
+                volume.replicaFailedOnCopy(e, src, ss, ex);
+                return FAILED;
+            }
+            try {
+                await(target.link.call(() -> ts.data().write(at, buf.duplicate(), false)), timeout);
+            } catch (Exception ex) {
+                targetFailed(target, ts, ex);
+                return FAILED;
+            }
+            bytesCopied.addAndGet(n);
+            return COPIED;
+        } finally {
+            e.gate.release(ticket);
+        }
     }
 
     private static Replica source(io.jnbd.pool.Extent e) {
@@ -277,7 +317,7 @@ final class Recovery implements AutoCloseable {
         if (worker != null) worker.interrupt();
     }
 
-    /** A token bucket over bytes per second; 0 is no limit. Waits on the caller's (virtual) thread. */
+    /** A token bucket over bytes per second; 0 is no limit. The caller waits, holding no chunk's range. */
     static final class RateLimiter {
         private final long rate;
         private final java.util.function.LongSupplier clock;
@@ -292,17 +332,6 @@ final class Recovery implements AutoCloseable {
             this.rate = bytesPerSecond;
             this.clock = nanoClock;
             this.last = nanoClock.getAsLong();
-        }
-
-        void acquire(long bytes) {
-            long waitNanos = reserve(bytes);
-            if (waitNanos > 0) {
-                try {
-                    TimeUnit.NANOSECONDS.sleep(waitNanos);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-            }
         }
 
         /** Takes {@code bytes} from the bucket; returns how long the caller must wait before it sends them. */
