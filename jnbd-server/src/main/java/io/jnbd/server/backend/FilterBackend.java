@@ -34,10 +34,12 @@ public abstract class FilterBackend implements Backend {
      * null: what a filter hides of the backend behind it beyond {@link Backend}, such as {@link StatusReporting}.
      */
     public static <T> T find(Backend b, Class<T> type) {
-        for (Backend at = b; ; at = ((FilterBackend) at).inner) {
-            if (type.isInstance(at)) return type.cast(at);
-            if (!(at instanceof FilterBackend)) return null;
+        Backend at = b;
+        while (!type.isInstance(at)) {
+            if (!(at instanceof FilterBackend f)) return null;
+            at = f.inner;
         }
+        return type.cast(at);
     }
 
     @Override public long size() { return inner.size(); }
