@@ -21,10 +21,11 @@ import picocli.CommandLine.Option;
 /** {@code jnbd memserver}: one memory server of a pool. */
 @Command(name = "memserver", mixinStandardHelpOptions = true, sortOptions = false,
     description = {
-        "Run a memory server: keep pages for pool clients in RAM, with least recently",
-        "used ones spilled to disk when RAM is full. A pool export (jnbd serve",
-        "--export NAME=pool:HOST:PORT,...) spreads its virtual disk over several of",
-        "these and keeps N copies of every extent; see docs/pool.md.",
+        "Run a memory server, which keeps the pages of pool clients in RAM.",
+        "With a disk tier (--spill-dir), the least recently used pages spill to disk",
+        "when RAM is full. A pool export (jnbd serve --export NAME=pool:HOST:PORT,...)",
+        "spreads its virtual disk over several memory servers and keeps N copies of",
+        "every extent; see docs/pool.md.",
         "",
         "Each pool client gets its own space, with its own accounting and quota. When",
         "a client's connections are all gone and it has not come back within the",

@@ -30,9 +30,10 @@ public final class PoolCommand implements Runnable {
 
     @Command(name = "status", mixinStandardHelpOptions = true,
         description = {
-            "Show the state of a pool export (its memory servers, how many extents each",
-            "holds, extents below their number of copies or lost, recovery progress), or",
-            "of memory servers (memory and spill in use, each client's space).",
+            "Show the state of a pool export or of memory servers.",
+            "A pool export: its memory servers, how many extents each holds, extents",
+            "below their number of copies or lost, and recovery progress. Memory",
+            "servers: memory and spill in use, and each client's space.",
             "",
             "TARGET is the pool export's URI, nbd[s]://HOST:PORT/NAME, whose server serves",
             "NAME/status; or HOST:PORT of one or more memory servers.",

@@ -2,11 +2,18 @@ package io.jnbd.cli;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import picocli.CommandLine;
 
 import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.Random;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -20,6 +27,53 @@ class ToolsTest {
             assertThat(r.exit()).as(tool).isZero();
             assertThat(r.out()).as(tool).contains("Usage: jnbd " + tool, "Examples:", "jnbd " + tool + " ");
         }
+    }
+
+    /**
+     * picocli lists each command with the first line of its description: that line must be a whole sentence, not
+     * the first line of a wrapped paragraph. Checked in every help that lists commands ({@code jnbd}, {@code jnbd pool}).
+     */
+    @Test
+    void everyCommandSummaryInHelpIsAWholeSentence() {
+        List<String> seen = new ArrayList<>();
+        checkSummaries(Main.commandLine(), seen);
+        assertThat(seen).as("commands listed").contains("jnbd serve", "jnbd memserver", "jnbd pool", "jnbd pool status",
+            "jnbd bench", "jnbd info", "jnbd copy", "jnbd cmp", "jnbd help");
+    }
+
+    private static void checkSummaries(CommandLine cl, List<String> seen) {
+        if (cl.getSubcommands().isEmpty()) return;
+        String name = cl.getCommandSpec().qualifiedName();
+        String help = cl.getUsageMessage(CommandLine.Help.Ansi.OFF);
+        Map<String, String> listed = commandsListed(help);
+        assertThat(listed.keySet()).as("commands in '%s --help'", name).containsExactlyElementsOf(cl.getSubcommands().keySet());
+        listed.forEach((command, summary) -> {
+            seen.add(name + " " + command);
+            assertThat(summary).as("summary of '%s %s' in:%n%s", name, command, help).matches("[A-Z].*[.!?]");
+        });
+        for (CommandLine sub : cl.getSubcommands().values()) checkSummaries(sub, seen);
+    }
+
+    /** The "Commands:" section of a help text: each command with its summary, wrapped lines joined. */
+    private static Map<String, String> commandsListed(String help) {
+        Map<String, String> out = new LinkedHashMap<>();
+        String current = null;
+        boolean inSection = false;
+        for (String line : help.lines().toList()) {
+            if (line.equals("Commands:")) {
+                inSection = true;
+            } else if (inSection) {
+                if (line.isBlank() || !line.startsWith("  ")) break;
+                Matcher m = Pattern.compile("^  (\\S+)\\s+(.*)$").matcher(line);
+                if (!line.startsWith("   ") && m.matches()) {
+                    current = m.group(1);
+                    out.put(current, m.group(2).strip());
+                } else {
+                    out.merge(current, line.strip(), (a, b) -> a + " " + b);
+                }
+            }
+        }
+        return out;
     }
 
     @Test

@@ -2,6 +2,7 @@ package io.jnbd.server;
 
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.DocumentBackend;
+import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.StatusReporting;
 import java.io.IOException;
 import java.util.ArrayList;
@@ -86,7 +87,8 @@ public final class ExportSet {
             }
             List<Export> all = new ArrayList<>(opened.values());
             for (Export e : opened.values()) {
-                if (e.backend() instanceof StatusReporting r) all.add(statusOf(e, r));
+                StatusReporting r = FilterBackend.find(e.backend(), StatusReporting.class);
+                if (r != null) all.add(statusOf(e, r));
             }
             return new ExportSet(byName, opened, new Exports(all, defaultName));
         } catch (OpenFailed | RuntimeException e) {

@@ -27,9 +27,10 @@ import java.util.List;
 /**
  * A test client that speaks the NBD protocol byte by byte, with the protocol module's codecs, so that tests
  * can send anything — including what no real client would — and see exactly what the server answers.
- * Every read has a timeout, so a server that fails to answer fails the test instead of hanging it.
+ * Every read has a timeout, so a server that fails to answer fails the test instead of hanging it. Public, in the
+ * test jar, for tests elsewhere that must send what jnbd's own client refuses to (a write to a read-only export).
  */
-final class RawClient implements AutoCloseable {
+public final class RawClient implements AutoCloseable {
     static final int READ_TIMEOUT_MS = 20_000;
 
     final SocketChannel channel;
@@ -39,7 +40,7 @@ final class RawClient implements AutoCloseable {
 
     /** What the handshake agreed, once {@link #go} or {@link #exportName} has run. */
     long size;
-    int transmissionFlags;
+    public int transmissionFlags;
     boolean structured;
     int handshakeFlags;
     final List<Info> infos = new ArrayList<>();
@@ -67,7 +68,7 @@ final class RawClient implements AutoCloseable {
     }
 
     /** Connects, then negotiates up to transmission on {@code export} with GO, asking for the block sizes. */
-    static RawClient open(SocketAddress address, String export, boolean structured, boolean baseAllocation) throws IOException {
+    public static RawClient open(SocketAddress address, String export, boolean structured, boolean baseAllocation) throws IOException {
         return open(address, export, structured, baseAllocation, List.of(Nbd.INFO_BLOCK_SIZE));
     }
 
@@ -426,7 +427,7 @@ final class RawClient implements AutoCloseable {
     }
 
     /** Reads {@code length} bytes at {@code offset}, simple or structured, failing on any error. */
-    byte[] read(long offset, int length) throws IOException {
+    public byte[] read(long offset, int length) throws IOException {
         long cookie = cookie();
         send(new Request(0, Nbd.CMD_READ, cookie, offset, length));
         if (structured) return readStructuredData(cookie, offset, length);
@@ -446,11 +447,11 @@ final class RawClient implements AutoCloseable {
         return r.error();
     }
 
-    int write(long offset, byte[] data, int flags) throws IOException {
+    public int write(long offset, byte[] data, int flags) throws IOException {
         return call(new Request(flags, Nbd.CMD_WRITE, cookie(), offset, data.length), data);
     }
 
-    int command(int type, int flags, long offset, long length) throws IOException {
+    public int command(int type, int flags, long offset, long length) throws IOException {
         return call(new Request(flags, type, cookie(), offset, length));
     }
 

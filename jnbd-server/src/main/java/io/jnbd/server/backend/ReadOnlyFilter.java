@@ -1,44 +1,48 @@
 package io.jnbd.server.backend;
 
-import java.io.IOException;
+import io.jnbd.protocol.Nbd;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 import java.util.EnumSet;
-import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 
-/** Hides every write capability of the backend it wraps; the protocol edge then refuses writes with EPERM. */
-public final class ReadOnlyFilter implements Backend {
-    private final Backend inner;
+/**
+ * Hides every write capability of the backend it wraps; the protocol edge then refuses writes with EPERM, and so does
+ * this filter should one reach it. Reads, block status, flush and cache go down unchanged.
+ */
+public final class ReadOnlyFilter extends FilterBackend {
+    private static final Set<Capability> WRITES =
+        EnumSet.of(Capability.WRITE, Capability.FUA, Capability.TRIM, Capability.ZERO, Capability.FAST_ZERO);
+
     private final Set<Capability> caps;
 
     public ReadOnlyFilter(Backend inner) {
-        this.inner = inner;
+        super(inner);
         EnumSet<Capability> c = EnumSet.noneOf(Capability.class);
         c.addAll(inner.capabilities());
-        c.removeAll(EnumSet.of(Capability.WRITE, Capability.FUA, Capability.TRIM, Capability.ZERO, Capability.FAST_ZERO));
+        c.removeAll(WRITES);
         this.caps = Set.copyOf(c);
     }
 
-    @Override public long size() { return inner.size(); }
-    @Override public Set<Trait> traits() { return inner.traits(); } // it hides writes, it never changes bytes
     @Override public Set<Capability> capabilities() { return caps; }
-    @Override public BlockSizes blockSizes() { return inner.blockSizes(); }
-    @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
-    @Override public FileChannel zeroCopySource() { return inner.zeroCopySource(); }
-    @Override public int zeroCopyFd() { return inner.zeroCopyFd(); }
-    @Override public void flush() throws IOException { inner.flush(); }
-    @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
-    @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }
+
+    /** Every one: reads reach the inner's data unchanged whichever path they take, and writes are refused on all. */
+    @Override public Set<Trait> traits() { return inner.traits(); }
+
     @Override public String describe() { return inner.describe() + ", read-only"; }
-    @Override public void close() throws IOException { inner.close(); }
 
     private static NbdErrorException readOnly() {
-        return new NbdErrorException(io.jnbd.protocol.Nbd.EPERM, "export is read-only");
+        return new NbdErrorException(Nbd.EPERM, "export is read-only");
     }
 
-    @Override public void write(long offset, ByteBuffer src, boolean fua) throws IOException { throw readOnly(); }
-    @Override public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException { throw readOnly(); }
-    @Override public void trim(long offset, long length, boolean fua) throws IOException { throw readOnly(); }
-    @Override public void zero(long o, long l, boolean t, boolean f, boolean fua) throws IOException { throw readOnly(); }
+    @Override public void write(long offset, ByteBuffer src, boolean fua) throws NbdErrorException { throw readOnly(); }
+    @Override public void write(long offset, ByteBuffer[] srcs, boolean fua) throws NbdErrorException { throw readOnly(); }
+
+    @Override
+    public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
+        return CompletableFuture.failedFuture(readOnly());
+    }
+
+    @Override public void trim(long offset, long length, boolean fua) throws NbdErrorException { throw readOnly(); }
+    @Override public void zero(long o, long l, boolean t, boolean f, boolean fua) throws NbdErrorException { throw readOnly(); }
 }

@@ -1,0 +1,78 @@
+package io.jnbd.server.backend;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * A backend in front of another: every call goes down to {@link #inner()} unchanged, so a filter overrides only what
+ * it changes and a method added to {@link Backend} later is forwarded here once rather than forgotten by each filter
+ * (a filter that wrote out its own forwards once lost the pool's asynchronous reads: every read failed).
+ *
+ * <p>One thing is not passed down by default: the inner backend's {@link #traits()}. Each trait opens a path on which
+ * requests skip this filter's own {@code read} and {@code write} (sendfile from the inner's file, the inner's
+ * {@code readAsync}, a call on the connection's thread that must not wait), so a filter keeps a trait only by saying
+ * so, after making sure that path does what its synchronous calls do.
+ */
+public abstract class FilterBackend implements Backend {
+    protected final Backend inner;
+
+    protected FilterBackend(Backend inner) {
+        this.inner = java.util.Objects.requireNonNull(inner, "inner");
+    }
+
+    /** The backend this filter is in front of. */
+    public final Backend inner() {
+        return inner;
+    }
+
+    /**
+     * The first backend of type {@code type} along the chain from {@code b} inwards ({@code b} itself included), or
+     * null: what a filter hides of the backend behind it beyond {@link Backend}, such as {@link StatusReporting}.
+     */
+    public static <T> T find(Backend b, Class<T> type) {
+        Backend at = b;
+        while (!type.isInstance(at)) {
+            if (!(at instanceof FilterBackend f)) return null;
+            at = f.inner;
+        }
+        return type.cast(at);
+    }
+
+    @Override public long size() { return inner.size(); }
+    @Override public Set<Capability> capabilities() { return inner.capabilities(); }
+    @Override public final boolean can(Capability c) { return capabilities().contains(c); }
+    @Override public BlockSizes blockSizes() { return inner.blockSizes(); }
+
+    /** None unless the filter says which of the inner's it keeps (see the class comment). */
+    @Override public Set<Trait> traits() { return Set.of(); }
+    @Override public final boolean has(Trait t) { return traits().contains(t); }
+    @Override public FileChannel zeroCopySource() { return inner.zeroCopySource(); }
+    @Override public int zeroCopyFd() { return inner.zeroCopyFd(); }
+
+    @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
+    @Override public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) { return inner.readAsync(offset, dst); }
+    @Override public void write(long offset, ByteBuffer src, boolean fua) throws IOException { inner.write(offset, src, fua); }
+    @Override public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException { inner.write(offset, srcs, fua); }
+
+    @Override
+    public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
+        return inner.writeAsync(offset, srcs, fua);
+    }
+
+    @Override public void flush() throws IOException { inner.flush(); }
+    @Override public void trim(long offset, long length, boolean fua) throws IOException { inner.trim(offset, length, fua); }
+
+    @Override
+    public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException {
+        inner.zero(offset, length, mayTrim, fast, fua);
+    }
+
+    @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
+    @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }
+    @Override public String describe() { return inner.describe(); }
+    @Override public void close() throws IOException { inner.close(); }
+}

@@ -1,0 +1,152 @@
+package io.jnbd.server.backend;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.jnbd.protocol.Nbd;
+import java.lang.reflect.Method;
+import java.lang.reflect.Modifier;
+import java.lang.reflect.Proxy;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The forwarding base of every filter: it forwards each method {@link Backend} has, so a method added to the
+ * interface without a forward here fails this test instead of failing requests through some filter; and the
+ * read-only filter built on it refuses writes on every path while its reads, synchronous or not, reach the inner.
+ */
+class FilterBackendTest {
+
+    /** What the inner backend of a filter was asked, and what it answered. */
+    record Call(Method method, List<Object> args, Object answer) {}
+
+    /** A backend that records every call and answers with a neutral value; it offers every capability and trait. */
+    static Backend recording(List<Call> calls) {
+        return (Backend) Proxy.newProxyInstance(Backend.class.getClassLoader(), new Class<?>[] {Backend.class},
+            (proxy, m, args) -> {
+                Object answer = answer(m);
+                calls.add(new Call(m, args == null ? List.of() : Arrays.asList(args), answer));
+                return answer;
+            });
+    }
+
+    private static Object answer(Method m) {
+        Class<?> r = m.getReturnType();
+        if (r == Set.class) {
+            return m.getName().equals("traits") ? EnumSet.allOf(Backend.Trait.class) : EnumSet.allOf(Backend.Capability.class);
+        }
+        if (r == CompletableFuture.class) return CompletableFuture.completedFuture(null);
+        if (r == List.class) return List.of(new Extent(4096, false, false));
+        if (r == BlockSizes.class) return new BlockSizes(512, 4096, 1 << 20);
+        if (r == String.class) return "inner";
+        if (r == long.class) return 1L << 20;
+        if (r == int.class) return 7;
+        if (r == boolean.class) return true;
+        return null;
+    }
+
+    /** The non-static methods a filter must answer: Backend's own, its defaults and what it inherits (close). */
+    static List<Method> backendMethods() {
+        return Arrays.stream(Backend.class.getMethods()).filter(m -> !Modifier.isStatic(m.getModifiers())).toList();
+    }
+
+    static Object[] argumentsFor(Method m) {
+        return Arrays.stream(m.getParameterTypes()).map(t -> {
+            if (t == long.class) return (Object) 8192L;
+            if (t == int.class) return 3;
+            if (t == boolean.class) return true;
+            if (t == ByteBuffer.class) return ByteBuffer.allocate(16);
+            if (t == ByteBuffer[].class) return new ByteBuffer[] {ByteBuffer.allocate(16), ByteBuffer.allocate(32)};
+            if (t == Backend.Capability.class) return Backend.Capability.TRIM;
+            if (t == Backend.Trait.class) return Backend.Trait.ASYNC;
+            throw new AssertionError("no test argument for a " + t + " of " + m);
+        }).toArray();
+    }
+
+    @Test
+    void theBaseDeclaresEveryMethodOfBackend() {
+        for (Method m : backendMethods()) {
+            Method own;
+            try {
+                own = FilterBackend.class.getDeclaredMethod(m.getName(), m.getParameterTypes());
+            } catch (NoSuchMethodException e) {
+                throw new AssertionError("FilterBackend does not forward " + m + "; every filter would get the default", e);
+            }
+            assertThat(Modifier.isAbstract(own.getModifiers())).as("%s is implemented", own).isFalse();
+        }
+    }
+
+    @Test
+    void theBasePassesEveryCallDownUnchangedButTraits() throws Exception {
+        List<Call> calls = new ArrayList<>();
+        Backend inner = recording(calls);
+        Backend filter = new FilterBackend(inner) {};
+        for (Method m : backendMethods()) {
+            Object[] args = argumentsFor(m);
+            calls.clear();
+            Object result = m.invoke(filter, args);
+            switch (m.getName()) {
+                // A trait would let requests skip the filter's own code: none is kept unless the filter says so.
+                case "traits" -> assertThat(result).as("traits").isEqualTo(Set.of());
+                case "has" -> assertThat(result).as("has(ASYNC)").isEqualTo(false);
+                // Answered from the filter's own capabilities(), which a filter may narrow.
+                case "can" -> assertThat(calls).extracting(c -> c.method().getName()).containsExactly("capabilities");
+                default -> {
+                    assertThat(calls).as("%s goes down once", m).hasSize(1);
+                    assertThat(calls.getFirst().method()).as("%s goes down as itself", m).isEqualTo(m);
+                    assertThat(calls.getFirst().args()).as("%s goes down with its arguments", m).containsExactly(args);
+                    Object answer = calls.getFirst().answer();
+                    if (m.getReturnType().isPrimitive()) assertThat(result).as("%s returns the inner's answer", m).isEqualTo(answer);
+                    else assertThat(result).as("%s returns the inner's answer", m).isSameAs(answer);
+                }
+            }
+        }
+    }
+
+    @Test
+    void findLooksThroughFiltersForWhatTheyHide() {
+        Backend memory = new MemoryBackend(1 << 20);
+        Backend chain = new ReadOnlyFilter(new FilterForTests(memory));
+        assertThat(FilterBackend.find(chain, MemoryBackend.class)).isSameAs(memory);
+        assertThat(FilterBackend.find(chain, ReadOnlyFilter.class)).isSameAs(chain);
+        assertThat(FilterBackend.find(chain, StatusReporting.class)).isNull();
+    }
+
+    @Test
+    void readOnlyPassesReadsOnEveryPathAndRefusesWritesOnEveryPath() throws Exception {
+        List<Call> calls = new ArrayList<>();
+        Backend inner = recording(calls);
+        ReadOnlyFilter ro = new ReadOnlyFilter(inner);
+        assertThat(ro.traits()).as("it changes no byte read: the inner's fast paths stay").isEqualTo(inner.traits());
+        assertThat(ro.capabilities()).containsExactlyInAnyOrder(Backend.Capability.FLUSH, Backend.Capability.CACHE,
+            Backend.Capability.EXTENTS, Backend.Capability.MULTI_CONN);
+
+        calls.clear();
+        ByteBuffer dst = ByteBuffer.allocate(16);
+        ro.readAsync(4096, dst).get();
+        ro.read(4096, dst);
+        assertThat(ro.extents(0, 4096)).containsExactly(new Extent(4096, false, false));
+        assertThat(calls).extracting(c -> c.method().getName()).containsExactly("readAsync", "read", "extents");
+
+        calls.clear();
+        ByteBuffer[] srcs = {ByteBuffer.allocate(16)};
+        assertEperm(() -> ro.write(0, srcs[0], false));
+        assertEperm(() -> ro.write(0, srcs, true));
+        assertEperm(() -> ro.trim(0, 4096, false));
+        assertEperm(() -> ro.zero(0, 4096, true, false, false));
+        assertThatThrownBy(() -> ro.writeAsync(0, srcs, false).get()).isInstanceOf(ExecutionException.class)
+            .cause().isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.EPERM));
+        assertThat(calls).as("no write reaches the inner backend").isEmpty();
+    }
+
+    private static void assertEperm(org.assertj.core.api.ThrowableAssert.ThrowingCallable call) {
+        assertThatThrownBy(call).isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.EPERM));
+    }
+}
