@@ -23,8 +23,9 @@ import java.util.concurrent.Executor;
  * @param readahead         bytes fetched ahead of a sequential reader (only with a cache)
  * @param cachePageSize     granularity of the cache; rounded up to the server's minimum block size
  * @param completionExecutor where futures are completed (and so where callbacks attached without an executor
- *                          run); null for the connection's own threads, mostly its reader thread, which then
- *                          reads no further reply until the callback returns
+ *                          run); null for the thread that learns the outcome, mostly the connection's reader
+ *                          thread, which then reads no further reply until the callback returns (docs/client.md,
+ *                          "Where callbacks run", lists them all)
  * @param tls               TLS for every connection, even to an {@code nbd://} URI; null: only where the URI asks
  *                          for it ({@code nbds://}). See {@link #withTls}
  */

@@ -8,7 +8,6 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executor;
-import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
@@ -46,7 +45,7 @@ final class Connection {
         this.info = handshake.info();
         this.requestTimeoutNanos = options.requestTimeout().toNanos();
         this.completionExecutor = options.completionExecutor();
-        this.sender = new Sender(this, transport, options.requestsInFlight(), "jnbd-sender-" + peer + "#" + index);
+        this.sender = new Sender(this, transport, options.requestsInFlight(), peer + "#" + index);
         Receiver receiver = new Receiver(this, transport, peer, info, handshake.baseAllocationId());
         this.reader = Thread.ofPlatform().daemon().name("jnbd-reader-" + peer + "#" + index).unstarted(receiver::run);
         reader.start();
@@ -83,6 +82,11 @@ final class Connection {
     /** Requests in flight or waiting to be sent, to pick the least busy connection. */
     int load() {
         return inFlight.size() + sender.queued();
+    }
+
+    /** Whether the calling thread holds this connection's monitor or its sender's lock. */
+    boolean lockedByCurrentThread() {
+        return Thread.holdsLock(this) || sender.lockedByCurrentThread();
     }
 
     boolean alive() {
@@ -287,15 +291,29 @@ final class Connection {
         if (outcome != Pending.OPEN) deliver(p, outcome);
     }
 
-    /** Completes the future with a decided outcome (a Throwable for failure, else the result). */
+    /**
+     * Completes the future with a decided outcome (a Throwable for failure, else the result): on the completion
+     * executor if there is one, else on this thread; in either case only once this thread holds no lock of the
+     * client, and never on the sender thread (see {@link Deliveries}).
+     */
     void deliver(Pending p, Object outcome) {
+        Deliveries later = Deliveries.ofHoldingThread();
+        if (later != null) {
+            later.add(() -> deliverNow(p, outcome));
+        } else {
+            deliverNow(p, outcome);
+        }
+    }
+
+    private void deliverNow(Pending p, Object outcome) {
         Executor executor = completionExecutor;
         if (executor != null) {
             try {
                 executor.execute(() -> complete(p, outcome));
                 return;
-            } catch (RejectedExecutionException e) {
-                // A shut-down executor must not leave the caller waiting for ever.
+            } catch (RuntimeException e) {
+                // A shut-down (or broken) executor must not leave the caller waiting for ever, nor cut short a
+                // batch of held-back deliveries.
             }
         }
         complete(p, outcome);

@@ -25,6 +25,11 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * placed by the connection's reader thread directly into the slice of the destination buffer that each
  * reply chunk covers, so use direct buffers to avoid the JDK's own staging copy.
  *
+ * <p>Futures are completed only after the client has let go of every lock it holds: on the connection's reader
+ * thread for replies, the timer thread for timeouts, otherwise on the thread that learnt the outcome, but never on
+ * a connection's sender thread (docs/client.md, "Where callbacks run"). A callback may submit requests and may
+ * wait for them, except on the reader thread of the connection that would read the reply.
+ *
  * <p>Failures complete the future exceptionally with an {@link NbdException}: {@link NbdErrorException} when
  * the server reports an error (its message names the error, e.g. EIO, and the request),
  * {@link NbdConnectionException} when the connection is lost, {@link NbdProtocolException} when the server
@@ -410,6 +415,11 @@ public final class NbdClient implements AutoCloseable {
     }
 
     // ---- helpers ----
+
+    /** Whether the calling thread holds a lock of this client (a sender's, a connection's, the cache's): for tests. */
+    boolean lockedByCurrentThread() {
+        return connections.stream().anyMatch(Connection::lockedByCurrentThread) || (cache != null && Thread.holdsLock(cache));
+    }
 
     /** Tasks queued on the timer, cancelled ones included: for tests. */
     int timerTasks() {

@@ -21,7 +21,8 @@ import java.util.concurrent.CompletableFuture;
  * (a timeout, a lost connection, a reply that beat the sender) is held back and handed to the holder as it
  * lets go. So the future never completes while a byte may still move between the buffer and the socket,
  * and once the outcome is decided nothing takes hold of the buffer again: a request still queued then is
- * never sent.
+ * never sent. Delivering an outcome, whoever does it, completes the future only once that thread holds no lock
+ * of the client (see {@link Deliveries}); this object's monitor is never held while a future completes.
  */
 final class Pending {
 

@@ -46,6 +46,8 @@ final class Sender {
     private final long inlineBudget;
     private final ByteBuffer header = ByteBuffer.allocateDirect(Nbd.REQUEST_SIZE);
     private final Thread thread;
+    /** Names the virtual threads that deliver the outcomes the sender thread arrives at. */
+    private final String completionThreadName;
     /**
      * Requests submitted on this connection's reader thread, mostly by completion callbacks submitting the
      * next request, held until the reader has worked through the replies it already has: then they go out
@@ -60,7 +62,7 @@ final class Sender {
     private final java.util.ArrayList<Pending> batch = new java.util.ArrayList<>();
     private final java.util.ArrayList<ByteBuffer> batchBuffers = new java.util.ArrayList<>();
 
-    Sender(Connection connection, Transport transport, int requestsInFlight, String name) {
+    Sender(Connection connection, Transport transport, int requestsInFlight, String connectionName) {
         this.connection = connection;
         this.transport = transport;
         this.window = new Semaphore(requestsInFlight);
@@ -68,7 +70,8 @@ final class Sender {
         this.inlineBudget = inlineBudget(transport.socket);
         // A platform thread: a virtual one would switch the socket to non-blocking mode for good, and the
         // reader's blocking reads would then each pay for an extra poll.
-        this.thread = Thread.ofPlatform().daemon().name(name).unstarted(this::run);
+        this.thread = Thread.ofPlatform().daemon().name("jnbd-sender-" + connectionName).unstarted(this::run);
+        this.completionThreadName = "jnbd-completion-" + connectionName;
     }
 
     /**
@@ -89,6 +92,31 @@ final class Sender {
         thread.start();
     }
 
+    // Every taking of the lock goes through these, so that the futures completed meanwhile (a reply that beat the
+    // write, a failed write, a connection found dead) are completed only once the thread holds no lock of the
+    // client: their callbacks may then submit and wait for their own requests (see Deliveries).
+
+    private void lock() {
+        lock.lock();
+        Deliveries.locked();
+    }
+
+    private boolean tryLock() {
+        if (!lock.tryLock()) return false;
+        Deliveries.locked();
+        return true;
+    }
+
+    private void unlock() {
+        lock.unlock();
+        Deliveries.unlocked();
+    }
+
+    /** For tests: callbacks must never run holding the lock. */
+    boolean lockedByCurrentThread() {
+        return lock.isHeldByCurrentThread();
+    }
+
     /** Requests waiting to be sent. */
     int queued() {
         return queued.get();
@@ -105,14 +133,14 @@ final class Sender {
             return;
         }
         if (smallEnoughInline(p) && !Thread.currentThread().isVirtual()
-                && queue.isEmpty() && lock.tryLock()) {
+                && queue.isEmpty() && tryLock()) {
             try {
                 if (queue.isEmpty() && unanswered.get() + p.wireBytes() <= inlineBudget && window.tryAcquire()) {
                     write(p);
                     return;
                 }
             } finally {
-                lock.unlock();
+                unlock();
             }
         }
         queue.add(p);
@@ -127,7 +155,7 @@ final class Sender {
      */
     void uncork() {
         if (corked.isEmpty()) return;
-        if (queue.isEmpty() && lock.tryLock()) {
+        if (queue.isEmpty() && tryLock()) {
             try {
                 long bytes = unanswered.get();
                 for (Pending p; queue.isEmpty() && (p = corked.peek()) != null; ) {
@@ -138,7 +166,7 @@ final class Sender {
                 }
                 writeBatch();
             } finally {
-                lock.unlock();
+                unlock();
             }
         }
         boolean queuedAny = false;
@@ -221,7 +249,7 @@ final class Sender {
             connection.abandon(p);
             throw new java.io.InterruptedIOException("interrupted while waiting to send " + p.describe());
         }
-        lock.lock();
+        lock();
         try {
             if (!p.startSending()) {
                 window.release();
@@ -244,7 +272,7 @@ final class Sender {
                 connection.letGo(p);
             }
         } finally {
-            lock.unlock();
+            unlock();
         }
     }
 
@@ -300,6 +328,7 @@ final class Sender {
             Thread.currentThread().interrupt();
             return;
         }
+        Deliveries.locked();
         try {
             header.clear();
             new Request(0, Nbd.CMD_DISC, 0, 0, 0).encode(header);
@@ -309,17 +338,18 @@ final class Sender {
         } catch (IOException ignored) {
             // Closing anyway.
         } finally {
-            lock.unlock();
+            unlock();
         }
     }
 
     private void run() {
+        Deliveries.handOffFromThisThread(completionThreadName);
         while (connection.alive()) {
-            lock.lock();
+            lock();
             try {
                 drain();
             } finally {
-                lock.unlock();
+                unlock();
             }
             // Woken by a submission that queued, or by a slot freed while requests wait.
             LockSupport.park(this);

@@ -59,7 +59,13 @@ final class FakeNbdServer implements AutoCloseable {
          * Each read is answered with one OFFSET_DATA chunk, of which the first half is sent at once and the rest
          * only after {@link #openGate()}: the client's reader is left in the middle of placing data.
          */
-        SPLIT_CHUNK
+        SPLIT_CHUNK,
+        /**
+         * Reads are held back until a write arrives. A write is answered (with {@link #writeError}) as soon as its
+         * header is in, then the held-back reads are, and only then is its payload read: the client reads the
+         * write's reply while still sending the payload, and a held-back read's completion shows that it has.
+         */
+        EARLY_WRITE_REPLY
     }
 
     static final int CHUNK = 4096;
@@ -68,6 +74,8 @@ final class FakeNbdServer implements AutoCloseable {
     private final byte[] disk;
     private final Thread thread;
     private volatile Mode mode;
+    /** The error EARLY_WRITE_REPLY answers writes with; 0 for success. */
+    volatile int writeError;
     /** Seeds the cuts and order of SHUFFLED replies. */
     volatile long seed;
     private volatile SocketChannel current;
@@ -195,6 +203,7 @@ final class FakeNbdServer implements AutoCloseable {
             return;
         }
         if (mode == Mode.GATED) awaitGate(ch);
+        List<Request> heldBack = new ArrayList<>();
         while (true) {
             Request r;
             try {
@@ -207,7 +216,9 @@ final class FakeNbdServer implements AutoCloseable {
                 case Nbd.CMD_DISC -> { return; }
                 case Nbd.CMD_READ -> {
                     reads.incrementAndGet();
-                    if (mode == Mode.NO_GO) {
+                    if (mode == Mode.EARLY_WRITE_REPLY) {
+                        heldBack.add(r);
+                    } else if (mode == Mode.NO_GO) {
                         simple(ch, 0, r.cookie());
                         write(ch, ByteBuffer.wrap(disk, (int) r.offset(), (int) r.length()));
                     } else if (!answerRead(ch, r)) {
@@ -215,6 +226,14 @@ final class FakeNbdServer implements AutoCloseable {
                     }
                 }
                 case Nbd.CMD_WRITE -> {
+                    if (mode == Mode.EARLY_WRITE_REPLY) {
+                        simple(ch, writeError, r.cookie());
+                        for (Request held : heldBack) answerRead(ch, held);
+                        heldBack.clear();
+                        ByteBuffer data = read(ch, (int) r.length());
+                        if (writeError == 0) data.get(disk, (int) r.offset(), (int) r.length());
+                        continue;
+                    }
                     ByteBuffer data = read(ch, (int) r.length());
                     data.get(disk, (int) r.offset(), (int) r.length());
                     simple(ch, 0, r.cookie());
