@@ -190,7 +190,7 @@ final class Connection implements Runnable {
     private void sizeSendQueue() {
         if (address == null) return;
         boolean encrypted = transport instanceof TlsTransport;
-        int buffer = server.config().sendBufferFor(encrypted, () -> NbdServer.onThisHost(address));
+        int buffer = server.config().sendBufferFor(encrypted, () -> io.jnbd.server.net.Listener.onThisHost(address));
         transport.sizeSendQueue(buffer, encrypted ? ServerConfig.TLS_UNSENT_LIMIT : 0);
     }
 

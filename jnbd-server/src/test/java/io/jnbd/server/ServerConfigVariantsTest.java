@@ -86,9 +86,9 @@ class ServerConfigVariantsTest {
         assertThat(fixed.sendBufferFor(true, () -> false)).isEqualTo(1 << 20);
         assertThatThrownBy(() -> auto.withSendBuffer(-2)).isInstanceOf(IllegalArgumentException.class);
 
-        assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("127.0.0.1"))).isTrue();
-        assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("::1"))).isTrue();
-        assertThat(NbdServer.onThisHost(java.net.InetAddress.getByName("192.0.2.1"))).as("TEST-NET-1").isFalse();
+        assertThat(io.jnbd.server.net.Listener.onThisHost(java.net.InetAddress.getByName("127.0.0.1"))).isTrue();
+        assertThat(io.jnbd.server.net.Listener.onThisHost(java.net.InetAddress.getByName("::1"))).isTrue();
+        assertThat(io.jnbd.server.net.Listener.onThisHost(java.net.InetAddress.getByName("192.0.2.1"))).as("TEST-NET-1").isFalse();
     }
 
     @Test
