@@ -260,25 +260,19 @@ final class Connection implements Runnable {
                     }
                     in.discard(r.length());
                 }
-                boolean streamed = error == 0 && session.export().streamed(r);
-                InFlight f = new InFlight(r, received, error == 0 ? Window.bytePermits(r, path.zeroCopy(), streamed) : 0);
+                InFlight f = new InFlight(r, received,
+                    error == 0 ? Window.bytePermits(r, path.zeroCopy(), session.export().streamed(r)) : 0);
                 window.acquire(f, submit);
                 if (error != 0) {
                     dispatcher.emit(replies.error(f, error, RequestValidator.message(r, error)));
                     continue;
                 }
-                if (streamed) {
-                    submit.run(); // what came before goes first; the stream may take a while
-                    dispatcher.stream(f, in, leaser);
+                if (dispatcher.inPieces(f)) {
+                    submit.run(); // what came before goes first: this request's pieces may take a while
+                    dispatcher.serveInPieces(f, in, leaser);
                     continue;
                 }
                 if (r.hasPayload() && r.length() > 0) {
-                    int chunk = dispatcher.writeChunk(r);
-                    if (chunk > 0) {
-                        new SplitWrite(path, f, chunk, Integer.MAX_VALUE).receive(in, leaser);
-                        dispatcher.flush();
-                        continue;
-                    }
                     Payload payload = new Payload();
                     f.payload = payload;
                     try {

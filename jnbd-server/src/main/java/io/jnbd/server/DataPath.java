@@ -2,7 +2,7 @@ package io.jnbd.server;
 
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.io.BufferPool;
-import java.nio.channels.FileChannel;
+import io.jnbd.server.io.PageCacheSource;
 import java.util.concurrent.Executor;
 
 /**
@@ -12,14 +12,13 @@ import java.util.concurrent.Executor;
  * @param zeroCopySource the file reads are sent from by sendfile (a cached file export on a transport that can), or
  *                       null: under TLS every byte must pass through the JVM to be encrypted, so reads go into pool
  *                       buffers as any other backend's do
- * @param zeroCopyFd     that file's native descriptor, or -1 (then only the JDK's transferTo)
- * @param cachedReadFd   the native descriptor of a file export whatever the transport, or -1: small reads try the
- *                       page cache with it on the reader (preadv2 RWF_NOWAIT) before handing off to an I/O thread
+ * @param pageCache      the export's page-cache source whatever the transport, or null: small reads try the page
+ *                       cache with it on the reader (preadv2 RWF_NOWAIT) before handing off to an I/O thread
  * @param async          reads and writes are started here and answered from their completion (a network backend)
  * @param neverBlocks    backend calls cost CPU only (memory): run them on the reader, never hand them off
  * @param work           where blocking backend calls run: the I/O pool, or virtual threads for a remote backend
  */
-record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, int cachedReadFd, boolean async,
+record DataPath(Backend backend, PageCacheSource zeroCopySource, PageCacheSource pageCache, boolean async,
                 boolean neverBlocks, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats,
                 ReplySink sink) {
 
@@ -42,10 +41,8 @@ record DataPath(Backend backend, FileChannel zeroCopySource, int zeroCopyFd, int
     static DataPath of(Export export, boolean zeroCopyTransport, Executor work, BufferPool buffers, Replies replies,
                        ConnectionStats stats, ReplySink sink) {
         Backend b = export.backend();
-        boolean pageCache = b.has(Backend.Trait.ZERO_COPY);
-        boolean zeroCopy = pageCache && zeroCopyTransport;
-        int fd = pageCache ? b.zeroCopyFd() : -1;
-        return new DataPath(b, zeroCopy ? b.zeroCopySource() : null, zeroCopy ? fd : -1, fd,
+        PageCacheSource pageCache = b.has(Backend.Trait.ZERO_COPY) ? b.pageCache() : null;
+        return new DataPath(b, zeroCopyTransport ? pageCache : null, pageCache,
             b.has(Backend.Trait.ASYNC), b.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
     }
 

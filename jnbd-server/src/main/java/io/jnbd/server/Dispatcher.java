@@ -3,7 +3,6 @@ package io.jnbd.server;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
 import io.jnbd.server.io.BufferPool;
-import io.jnbd.server.io.NativeIo;
 import io.jnbd.server.io.Releasable;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -95,23 +94,38 @@ final class Dispatcher implements DataPath.ReplySink {
         deferred.clear();
     }
 
-    /** The size in which a write's payload goes to the disk as it arrives, or 0 to receive it whole. */
-    int writeChunk(Request r) {
-        // Only a client with nothing else in flight gets its write split: with more requests in flight the
-        // disk already works on one while the next arrives, and splitting measured level to 0.8x at QD2-8
-        // (4 MiB direct writes, 22 Nov) against 1.3-1.7x at QD1.
+    /**
+     * Whether {@code f}'s data moves in pieces as it arrives or as it is read, rather than whole through a batch: a
+     * request too long for any buffer (Export.streamed), or a long direct write from a client with nothing else in
+     * flight (Export.writeChunkSize). With {@link Export#readPlan} for the reads of a batch, the one place where a
+     * request is split.
+     */
+    boolean inPieces(InFlight f) {
+        Request r = f.request;
+        return export.streamed(r) || (r.type() == Nbd.CMD_WRITE && r.length() > 0 && splitWriteChunk(r) > 0);
+    }
+
+    /**
+     * The size in which a write's payload goes to the disk as it arrives, or 0 to receive it whole. Only a client
+     * with nothing else in flight gets its write split: with more requests in flight the disk already works on one
+     * while the next arrives, and splitting measured level to 0.8x at QD2-8 (4 MiB direct writes, 22 Nov) against
+     * 1.3-1.7x at QD1.
+     */
+    private int splitWriteChunk(Request r) {
         return window.inFlight() == 1 ? export.writeChunkSize(r) : 0;
     }
 
     /**
-     * Serves a request too long for any buffer (Export.streamed), outside the scheduler's batches: a write is
-     * received piece by piece on this thread, each piece written as it arrives; a read is sent piece by piece as
-     * the backend delivers it, or by sendfile where reads go zero-copy (the page cache streams any length).
+     * Serves a request {@link #inPieces} took, outside the scheduler's batches. A write is received piece by piece
+     * on this thread, each piece written as it arrives; a streamed read is sent piece by piece as the backend
+     * delivers it, or by sendfile where reads go zero-copy (the page cache streams any length).
      */
-    void stream(InFlight f, Intake in, Intake.Leaser leaser) throws IOException, InterruptedException {
+    void serveInPieces(InFlight f, Intake in, Intake.Leaser leaser) throws IOException, InterruptedException {
         Request r = f.request;
         if (r.type() == Nbd.CMD_WRITE) {
-            new SplitWrite(path, f, Export.STREAM_PIECE, Export.STREAM_HELD).receive(in, leaser);
+            boolean streamed = export.streamed(r);
+            new SplitWrite(path, f, streamed ? Export.STREAM_PIECE : splitWriteChunk(r),
+                streamed ? Export.STREAM_HELD : Integer.MAX_VALUE).receive(in, leaser);
         } else if (path.zeroCopy()) {
             sendCachedRead(f);
         } else {
@@ -157,7 +171,7 @@ final class Dispatcher implements DataPath.ReplySink {
                         emit(path.replies().ok(first));
                         continue;
                     }
-                    if (r.length() <= INLINE_READ_MAX && path.cachedReadFd() >= 0 && readIfCached(first)) {
+                    if (r.length() <= INLINE_READ_MAX && path.pageCache() != null && readIfCached(first)) {
                         // Under TLS (no sendfile) too: read, encrypt and send on this thread, no hand-off at
                         // all. bench/profile TLS=1 randread 4k QD32 spent a third of the server's CPU on the
                         // I/O pool's pread and the two wake-ups around it.
@@ -225,9 +239,9 @@ final class Dispatcher implements DataPath.ReplySink {
             emit(path.replies().ok(f));
             return;
         }
-        if (r.length() <= INLINE_READ_MAX && path.cachedReadFd() >= 0 && readIfCached(f)) return;
+        if (r.length() <= INLINE_READ_MAX && path.pageCache() != null && readIfCached(f)) return;
         path.stats().read(r.length());
-        emit(path.replies().file(f, path.zeroCopySource(), path.zeroCopyFd()));
+        emit(path.replies().file(f, path.zeroCopySource()));
     }
 
     /**
@@ -248,7 +262,7 @@ final class Dispatcher implements DataPath.ReplySink {
         f.timing.diskStart = System.nanoTime();
         boolean hit;
         try {
-            hit = NativeIo.preadIfCached(path.cachedReadFd(), lease.buffer(), r.offset());
+            hit = path.pageCache().readIfCached(lease.buffer(), r.offset());
         } catch (IOException e) {
             hit = false;
         }

@@ -9,7 +9,7 @@ import io.jnbd.server.backend.Extent;
 import io.jnbd.server.backend.NbdErrors;
 import io.jnbd.server.io.Releasable;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
+import io.jnbd.server.io.PageCacheSource;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletionException;
@@ -106,9 +106,9 @@ final class Replies {
     }
 
     /** Read data sent from the file itself (sendfile). */
-    ReplyWriter.Part file(InFlight f, FileChannel file, int fd) {
+    ReplyWriter.Part file(InFlight f, PageCacheSource file) {
         Request r = f.request;
-        return ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), file, fd, r.offset(), r.length(), f);
+        return ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), file, r.offset(), r.length(), f);
     }
 
     ReplyWriter.Part blockStatus(InFlight f, List<Extent> extents) {

@@ -4,7 +4,7 @@ import io.jnbd.server.io.Releasable;
 import io.jnbd.server.net.Transport;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
+import io.jnbd.server.io.PageCacheSource;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.ArrayDeque;
@@ -26,18 +26,18 @@ final class ReplyWriter implements Runnable {
      * {@code completes}: the request whose reply ends with this part, or null if more parts follow.
      * {@code lease}: released once the part is on the wire.
      */
-    record Part(ByteBuffer header, ByteBuffer data, Releasable lease, FileChannel file, int fileFd, long filePosition,
+    record Part(ByteBuffer header, ByteBuffer data, Releasable lease, PageCacheSource file, long filePosition,
                 long fileLength, InFlight completes) {
         static Part of(ByteBuffer header, InFlight completes) {
-            return new Part(header, null, null, null, -1, 0, 0, completes);
+            return new Part(header, null, null, null, 0, 0, completes);
         }
 
         static Part withData(ByteBuffer header, ByteBuffer data, Releasable lease, InFlight completes) {
-            return new Part(header, data, lease, null, -1, 0, 0, completes);
+            return new Part(header, data, lease, null, 0, 0, completes);
         }
 
-        static Part withFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length, InFlight completes) {
-            return new Part(header, null, null, file, fileFd, position, length, completes);
+        static Part withFile(ByteBuffer header, PageCacheSource file, long position, long length, InFlight completes) {
+            return new Part(header, null, null, file, position, length, completes);
         }
 
         void release() {
@@ -288,7 +288,7 @@ final class ReplyWriter implements Runnable {
                 }
                 if (p.file != null) {
                     flush(gather);
-                    transport.sendFile(p.header, p.file, p.fileFd, p.filePosition, p.fileLength);
+                    transport.sendFile(p.header, p.file, p.filePosition, p.fileLength);
                     complete(batch, sent, i + 1);
                     sent = i + 1;
                     continue;

@@ -97,7 +97,7 @@ class TlsTransportTest {
                     throw new IllegalStateException(e);
                 }
             });
-            tls.sendFile(ByteBuffer.wrap(new byte[] {9, 8, 7, 6}), ch, -1, 1000, data.length - 1000);
+            tls.sendFile(ByteBuffer.wrap(new byte[] {9, 8, 7, 6}), new io.jnbd.server.io.PageCacheSource(ch, -1), 1000, data.length - 1000);
             byte[] got = received.get();
             assertThat(java.util.Arrays.copyOf(got, 4)).containsExactly(9, 8, 7, 6);
             assertThat(java.util.Arrays.copyOfRange(got, 4, got.length)).isEqualTo(java.util.Arrays.copyOfRange(data, 1000, data.length));

@@ -2,9 +2,9 @@ package io.jnbd.server.backend;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 import java.util.List;
 import java.util.Set;
+import io.jnbd.server.io.PageCacheSource;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -26,7 +26,7 @@ public interface Backend extends AutoCloseable {
      * on {@link #ZERO_COPY}, one that waits must not pass on {@link #NEVER_BLOCKS}).
      */
     enum Trait {
-        /** Reads may go from {@link #zeroCopySource()} straight to the socket (sendfile). */
+        /** Reads may go from {@link #pageCache()} straight to the socket (sendfile). */
         ZERO_COPY,
         /** No call ever waits for a device (memory): requests run on the connection's own thread. */
         NEVER_BLOCKS,
@@ -67,16 +67,11 @@ public interface Backend extends AutoCloseable {
     }
 
     /**
-     * With {@link Trait#ZERO_COPY}: a channel whose bytes at the same offsets are the export's, for sending
-     * reads from the page cache straight to the socket (sendfile).
+     * With {@link Trait#ZERO_COPY}: a file whose bytes at the same offsets are the export's, for sending reads from
+     * the page cache straight to the socket (sendfile) or reading them on the connection's thread; null without.
      */
-    default FileChannel zeroCopySource() {
+    default PageCacheSource pageCache() {
         return null;
-    }
-
-    /** The file descriptor of {@link #zeroCopySource()} for native sendfile, or -1. */
-    default int zeroCopyFd() {
-        return -1;
     }
 
     /** Writes {@code src} from its position to its limit at {@code offset}; durable before return if {@code fua}. */

@@ -3,6 +3,7 @@ package io.jnbd.server.backend;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.server.io.Errno;
 import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.io.PageCacheSource;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -38,6 +39,8 @@ public final class FileBackend implements Backend {
     private final boolean blockDevice;
     private final FileChannel channel;
     private final int nativeFd; // -1 without native access
+    /** What cached reads may take without passing through read(); null in direct mode. */
+    private final PageCacheSource pageCache;
     private final int writevFd; // same file, same O_DIRECT-ness as the channel, for native writes; -1 if none
     private final long size;
     private final int alignment;
@@ -96,6 +99,7 @@ public final class FileBackend implements Backend {
             fd = -1; // sparse features degrade to portable fallbacks
         }
         this.nativeFd = fd;
+        this.pageCache = mode == Mode.CACHED ? new PageCacheSource(channel, fd) : null;
         int wfd = -1;
         if (!readOnly && fd >= 0) {
             try {
@@ -143,13 +147,8 @@ public final class FileBackend implements Backend {
     }
 
     @Override
-    public FileChannel zeroCopySource() {
-        return mode == Mode.CACHED ? channel : null;
-    }
-
-    @Override
-    public int zeroCopyFd() {
-        return mode == Mode.CACHED ? nativeFd : -1;
+    public PageCacheSource pageCache() {
+        return pageCache;
     }
 
     @Override

@@ -2,7 +2,7 @@ package io.jnbd.server.backend;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
+import io.jnbd.server.io.PageCacheSource;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -50,8 +50,8 @@ public abstract class FilterBackend implements Backend {
     /** None unless the filter says which of the inner's it keeps (see the class comment). */
     @Override public Set<Trait> traits() { return Set.of(); }
     @Override public final boolean has(Trait t) { return traits().contains(t); }
-    @Override public FileChannel zeroCopySource() { return inner.zeroCopySource(); }
-    @Override public int zeroCopyFd() { return inner.zeroCopyFd(); }
+    /** The inner's, only through a filter that keeps {@link Trait#ZERO_COPY}: reads taken from it skip {@link #read}. */
+    @Override public PageCacheSource pageCache() { return has(Trait.ZERO_COPY) ? inner.pageCache() : null; }
 
     @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
     @Override public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) { return inner.readAsync(offset, dst); }

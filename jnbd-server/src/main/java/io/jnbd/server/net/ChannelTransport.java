@@ -1,8 +1,8 @@
 package io.jnbd.server.net;
 
+import io.jnbd.server.io.PageCacheSource;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.channels.SocketChannel;
 
 /**
@@ -98,8 +98,8 @@ final class ChannelTransport implements Transport {
     }
 
     @Override
-    public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
-        Transports.copyFile(this, header, file, position, length);
+    public void sendFile(ByteBuffer header, PageCacheSource file, long position, long length) throws IOException {
+        Transports.copyFile(this, header, file.channel(), position, length);
     }
 
     @Override

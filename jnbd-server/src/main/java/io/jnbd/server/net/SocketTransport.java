@@ -1,10 +1,10 @@
 package io.jnbd.server.net;
 
+import io.jnbd.server.io.PageCacheSource;
 import io.jnbd.server.io.NativeSocket;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -120,9 +120,10 @@ final class SocketTransport implements Transport {
     }
 
     @Override
-    public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
+    public void sendFile(ByteBuffer header, PageCacheSource file, long position, long length) throws IOException {
+        int fileFd = file.fd();
         if (fileFd < 0) {
-            Transports.copyFile(this, header, file, position, length);
+            Transports.copyFile(this, header, file.channel(), position, length);
             return;
         }
         long sent = 0;

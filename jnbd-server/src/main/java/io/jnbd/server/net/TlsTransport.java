@@ -1,5 +1,6 @@
 package io.jnbd.server.net;
 
+import io.jnbd.server.io.PageCacheSource;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.tls.SecureChannel;
 import io.jnbd.tls.TlsException;
@@ -7,7 +8,6 @@ import io.jnbd.tls.TlsServer;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 import java.util.List;
 
 /**
@@ -145,7 +145,7 @@ public final class TlsTransport implements Transport {
 
     /** Reads the range into a pool buffer, piece by piece, and sends each piece encrypted; the header goes with the first. */
     @Override
-    public void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException {
+    public void sendFile(ByteBuffer header, PageCacheSource file, long position, long length) throws IOException {
         BufferPool.Lease lease;
         try {
             lease = buffers.acquire(Transports.pieceSize(length));
@@ -154,7 +154,7 @@ public final class TlsTransport implements Transport {
             throw new InterruptedIOException("interrupted while waiting for a buffer");
         }
         try {
-            Transports.copyFile(this, header, file, position, length, lease.buffer());
+            Transports.copyFile(this, header, file.channel(), position, length, lease.buffer());
         } finally {
             lease.release();
         }

@@ -1,8 +1,8 @@
 package io.jnbd.server.net;
 
+import io.jnbd.server.io.PageCacheSource;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
 
 /**
  * Every byte a connection exchanges with its client passes through its transport: the handshake, requests,
@@ -50,11 +50,8 @@ public interface Transport extends AutoCloseable {
     /** Sends what fits without waiting; returns the bytes sent (0 when full), positions advanced. */
     long sendNow(ByteBuffer... srcs) throws IOException;
 
-    /**
-     * Sends {@code header}, then {@code length} bytes of {@code file} from {@code position}. {@code fileFd} is
-     * the file's native descriptor for zero-copy sendfile, or -1.
-     */
-    void sendFile(ByteBuffer header, FileChannel file, int fileFd, long position, long length) throws IOException;
+    /** Sends {@code header}, then {@code length} bytes of {@code file} from {@code position}, by sendfile where it can. */
+    void sendFile(ByteBuffer header, PageCacheSource file, long position, long length) throws IOException;
 
     /**
      * Whether {@link #sendFile} moves file bytes to the socket without copying them through memory (sendfile).

@@ -96,6 +96,11 @@ class FilterBackendTest {
                 // A trait would let requests skip the filter's own code: none is kept unless the filter says so.
                 case "traits" -> assertThat(result).as("traits").isEqualTo(Set.of());
                 case "has" -> assertThat(result).as("has(ASYNC)").isEqualTo(false);
+                // The page cache is a way round the filter's read: not offered by a filter that keeps no ZERO_COPY.
+                case "pageCache" -> {
+                    assertThat(result).as("pageCache").isNull();
+                    assertThat(calls).as("pageCache asks nothing of the inner").isEmpty();
+                }
                 // Answered from the filter's own capabilities(), which a filter may narrow.
                 case "can" -> assertThat(calls).extracting(c -> c.method().getName()).containsExactly("capabilities");
                 default -> {
@@ -107,6 +112,18 @@ class FilterBackendTest {
                     else assertThat(result).as("%s returns the inner's answer", m).isSameAs(answer);
                 }
             }
+        }
+    }
+
+    @Test
+    void thePageCacheReachesTheOutsideOnlyThroughFiltersThatKeepZeroCopy(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws Exception {
+        try (FileBackend file = new FileBackend(dir.resolve("f.img"), FileBackend.Mode.CACHED, false, 1 << 20)) {
+            assertThat(file.pageCache()).isNotNull();
+            assertThat(new ReadOnlyFilter(file).pageCache()).as("readonly keeps zero copy").isSameAs(file.pageCache());
+            Backend changesReads = new FilterBackend(file) {};
+            assertThat(changesReads.pageCache()).as("a filter that keeps no trait hides it").isNull();
+            assertThat(new ReadOnlyFilter(changesReads).pageCache()).as("however far out").isNull();
         }
     }
 

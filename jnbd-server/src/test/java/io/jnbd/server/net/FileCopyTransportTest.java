@@ -49,7 +49,7 @@ class FileCopyTransportTest {
                                 throw new RuntimeException(e);
                             }
                         });
-                        t.sendFile(ByteBuffer.wrap(header), fc, -1, range[0], length);
+                        t.sendFile(ByteBuffer.wrap(header), new io.jnbd.server.io.PageCacheSource(fc, -1), range[0], length);
                         reader.join(20_000);
                         assertThat(got[0]).as("jdk channel %s, range %s", jdkChannel, Arrays.toString(range))
                             .startsWith(header)
