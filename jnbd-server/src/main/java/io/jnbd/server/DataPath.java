@@ -46,6 +46,27 @@ record DataPath(Backend backend, PageCacheSource zeroCopySource, PageCacheSource
             b.has(Backend.Trait.ASYNC), b.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
     }
 
+    /**
+     * How this connection's reads and writes reach the backend, fixed when it connects: what {@link Placement}
+     * decides where they run from.
+     */
+    enum Strategy {
+        /** A cached file over a transport that sends files: reads leave by sendfile, writes land in the page cache. */
+        PAGE_CACHE,
+        /** A network backend: reads and writes are started and completed without a thread waiting for them. */
+        ASYNC,
+        /** Memory: every call costs CPU only. */
+        IN_MEMORY,
+        /** Anything else: calls that wait for a disk, on the workers. */
+        BLOCKING
+    }
+
+    Strategy strategy() {
+        if (zeroCopy()) return Strategy.PAGE_CACHE;
+        if (async) return Strategy.ASYNC;
+        return neverBlocks ? Strategy.IN_MEMORY : Strategy.BLOCKING;
+    }
+
     boolean zeroCopy() {
         return zeroCopySource != null;
     }

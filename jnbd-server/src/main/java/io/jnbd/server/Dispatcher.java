@@ -10,31 +10,18 @@ import java.util.ArrayList;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.Semaphore;
 
 /**
  * Turns the batches of requests one connection's reader has parsed into backend calls and replies: plans each
- * batch with the export's scheduler, then takes for each operation the quickest route its {@link DataPath}
- * allows: from the page cache on the reader, sendfile, a split read, an asynchronous backend call, or the I/O
- * pool. Replies made on the reader leave together in one gathering write at the end of the batch.
+ * batch with the export's scheduler, answers the reads it can on the reader ({@link #answeredHere}: page cache,
+ * sendfile, split reads), and runs every other operation as its {@link DataPath.Strategy} says (an asynchronous
+ * backend's call started here, or the synchronous call) where {@link Placement} says. A request whose data moves in
+ * pieces skips the batch ({@link #inPieces}). Replies made on the reader leave together in one gathering write at
+ * the end of the batch.
  */
 final class Dispatcher implements DataPath.ReplySink {
     /** Cached reads up to this size are served from the page cache on the reader thread when it can (see readIfCached). */
     private static final int INLINE_READ_MAX = 64 * 1024;
-    /**
-     * Cached writes without FUA up to this size are written on the reader thread. Above it the two wake-ups of
-     * the hand-off are a small share of the work, and the reader goes on reading the connection's other
-     * requests instead of waiting milliseconds for one large write.
-     */
-    private static final int INLINE_WRITE_MAX = 4 << 20;
-    /** A lone request up to this size does its disk I/O on the reader. */
-    private static final int INLINE_DISK_MAX = 64 * 1024;
-    /**
-     * How many readers may do blocking disk I/O on their own thread at once. A reader is a virtual thread, and
-     * a native disk call holds its carrier (one per CPU) for the whole call: past this many, the work goes to
-     * the I/O pool so that the carriers stay free for the other connections.
-     */
-    private static final Semaphore INLINE_DISK = new Semaphore(Math.max(1, Runtime.getRuntime().availableProcessors() / 2));
 
     private final Export export;
     private final boolean structured;
@@ -43,6 +30,7 @@ final class Dispatcher implements DataPath.ReplySink {
     private final Thread reader;
     private final java.util.function.Consumer<String> drop;
     private DataPath path;
+    private Placement placement;
     /** Replies made on the reader thread during one batch; only the reader thread touches it. */
     private final List<ReplyWriter.Part> deferred = new ArrayList<>();
 
@@ -59,6 +47,7 @@ final class Dispatcher implements DataPath.ReplySink {
     /** Set once, before the first batch (the path's sink is this dispatcher). */
     void use(DataPath path) {
         this.path = path;
+        this.placement = new Placement(path);
     }
 
     /**
@@ -149,87 +138,60 @@ final class Dispatcher implements DataPath.ReplySink {
         batch.clear();
         BatchScheduler.Plan plan = export.scheduler().plan(requests);
         path.stats().planned(plan);
-        List<Runnable> tasks = new ArrayList<>(plan.ops().size());
-        List<Runnable> inline = new ArrayList<>();
-        // Disk work worth doing here rather than on an I/O thread, if a slot is free (see INLINE_DISK).
-        List<Runnable> onThisThread = new ArrayList<>();
+        List<Runnable> here = new ArrayList<>();
+        List<Runnable> hereIfFree = new ArrayList<>();
+        List<Runnable> workers = new ArrayList<>(plan.ops().size());
         for (BatchScheduler.Op op : plan.ops()) {
             List<InFlight> members = new ArrayList<>(op.members().size());
             for (Request r : op.members()) members.add(byRequest.get(r));
-            InFlight first = members.getFirst();
-            Request r = first.request;
-            // A sequential plan (reordering would change a result) runs every operation in order on one
-            // I/O thread; only the others take the fast paths below.
-            if (!plan.sequential()) {
-                if (r.type() == Nbd.CMD_READ && path.zeroCopy()) {
-                    // Cached reads never need the merged buffer: each member goes out by itself, zero-copy.
-                    for (InFlight m : members) sendCachedRead(m);
-                    continue;
-                }
-                if (r.type() == Nbd.CMD_READ && members.size() == 1) {
-                    if (r.length() == 0) {
-                        emit(path.replies().ok(first));
-                        continue;
-                    }
-                    if (r.length() <= INLINE_READ_MAX && path.pageCache() != null && readIfCached(first)) {
-                        // Under TLS (no sendfile) too: read, encrypt and send on this thread, no hand-off at
-                        // all. bench/profile TLS=1 randread 4k QD32 spent a third of the server's CPU on the
-                        // I/O pool's pread and the two wake-ups around it.
-                        continue;
-                    }
-                    ReadPlan split = export.readPlan(r, structured);
-                    if (split != null) {
-                        new SplitRead(path, first, split).start();
-                        continue;
-                    }
-                }
-                if ((r.type() == Nbd.CMD_READ || r.type() == Nbd.CMD_WRITE) && path.async()) {
-                    // Started here, answered from its completion: no thread waits for it, and no hop to one.
-                    inline.add(() -> serveAsync(op, members));
-                    continue;
-                }
-                if (r.type() == Nbd.CMD_WRITE && path.writeOnReader() && !op.fua() && op.length() <= INLINE_WRITE_MAX) {
-                    // A write into the page cache is quicker done here than handed to an I/O thread and back
-                    // to the writer: two wake-ups fewer per request, and one writer per connection keeps
-                    // threads from spinning on the file's inode lock. bench/ab, 1M writes at QD8 (22 Nov,
-                    // 5 rounds): server CPU 0.33 -> 0.25 s/GB, throughput +6% (median).
-                    onThisThread.add(() -> serve(op, members));
-                    continue;
-                }
-            }
-            tasks.add(() -> serve(op, members));
-        }
-        if (path.neverBlocks() && !plan.sequential()) {
-            // Nothing to wait for (RAM): hopping to an I/O thread would cost more than the work.
-            inline.addAll(tasks);
-            tasks.clear();
-        } else if (tasks.size() == 1 && plan.ops().size() == 1 && plan.ops().getFirst().length() <= INLINE_DISK_MAX
-                && window.inFlight() == 1) {
-            // The connection's only request, and small (a client at queue depth 1): this thread would only
-            // wait for its reply, so it does the disk I/O itself and spares the wake-up of an I/O thread,
-            // which on an idle VM costs as much as a small O_DIRECT read.
-            onThisThread.addAll(tasks);
-            tasks.clear();
-        }
-        inline.forEach(Runnable::run);
-        if (!onThisThread.isEmpty()) {
-            if (INLINE_DISK.tryAcquire()) {
-                try {
-                    onThisThread.forEach(Runnable::run);
-                } finally {
-                    INLINE_DISK.release();
-                }
-            } else {
-                tasks.addAll(0, onThisThread);
+            // A sequential plan runs every operation in order on one worker: it takes no read's quick way.
+            if (!plan.sequential() && answeredHere(op, members)) continue;
+            Runnable work = path.strategy() == DataPath.Strategy.ASYNC && !plan.sequential()
+                && (op.type() == Nbd.CMD_READ || op.type() == Nbd.CMD_WRITE)
+                ? () -> serveAsync(op, members) : () -> serve(op, members);
+            switch (placement.where(op, plan, window.inFlight())) {
+                case READER -> here.add(work);
+                case READER_IF_FREE -> hereIfFree.add(work);
+                case WORKERS -> workers.add(work);
             }
         }
+        here.forEach(Runnable::run);
+        if (!Placement.runIfFree(hereIfFree)) workers.addAll(0, hereIfFree);
         flush();
-        if (tasks.isEmpty()) return;
+        if (workers.isEmpty()) return;
         if (plan.sequential()) {
-            path.work().execute(() -> tasks.forEach(Runnable::run));
+            path.work().execute(() -> workers.forEach(Runnable::run));
         } else {
-            for (Runnable t : tasks) path.work().execute(t);
+            for (Runnable t : workers) path.work().execute(t);
         }
+    }
+
+    /**
+     * The reads answered while the batch is planned, on this thread: from the page cache (sendfile, or a read that
+     * the page cache holds), a read of nothing, and a read split into pieces that leave as they are read. Returns
+     * false for an operation that goes the backend's way.
+     */
+    private boolean answeredHere(BatchScheduler.Op op, List<InFlight> members) {
+        if (op.type() != Nbd.CMD_READ) return false;
+        if (path.zeroCopy()) {
+            // Cached reads never need the merged buffer: each member goes out by itself, zero-copy.
+            for (InFlight m : members) sendCachedRead(m);
+            return true;
+        }
+        if (members.size() != 1) return false;
+        InFlight f = members.getFirst();
+        Request r = f.request;
+        if (r.length() == 0) {
+            emit(path.replies().ok(f));
+            return true;
+        }
+        // Under TLS (no sendfile) too: read, encrypt and send on this thread, no hand-off at all. bench/profile TLS=1
+        // randread 4k QD32 spent a third of the server's CPU on the I/O pool's pread and the two wake-ups around it.
+        if (r.length() <= INLINE_READ_MAX && path.pageCache() != null && readIfCached(f)) return true;
+        ReadPlan split = export.readPlan(r, structured);
+        if (split == null) return false;
+        new SplitRead(path, f, split).start();
+        return true;
     }
 
     /** A cached read: from the page cache on this thread if it is there and small, else by sendfile. */
