@@ -13,7 +13,9 @@ import java.util.Map;
 /**
  * The exports a list of specs names, open: what a server serves at start and after each reload. A reload opens
  * only what it must: an export whose spec opens the same backend as before ({@link ExportSpec#sameBackend})
- * keeps that backend, and a memory export its data; its description, tuning and allow list are the new ones.
+ * keeps that backend, and a memory export its data; its description, tuning and allow list are the new ones, and
+ * where its filters changed, a new chain of them is built in front of the backend (connections already open go on
+ * through the old chain until they close).
  * A backend with a state of its own (a pool) also gets an export {@code NAME/status} that reads it as JSON.
  */
 public final class ExportSet {
@@ -74,7 +76,12 @@ public final class ExportSet {
                 ExportSpec before = previous == null ? null : previous.specs.get(s.name());
                 Backend backend;
                 if (before != null && before.sameBackend(s)) {
-                    backend = previous.opened.get(s.name()).backend();
+                    Backend chain = previous.opened.get(s.name()).backend();
+                    try {
+                        backend = before.filters().equals(s.filters()) ? chain : s.wrap(before.filters().unwrap(chain));
+                    } catch (IOException e) {
+                        throw new OpenFailed(s, e);
+                    }
                 } else {
                     try {
                         backend = s.open();
@@ -120,11 +127,16 @@ public final class ExportSet {
             if (before == null) added.add(e.getKey());
             else if (!before.equals(e.getValue())) {
                 changed.add(e.getKey());
-                if (opened.get(e.getKey()).backend() != previous.opened.get(e.getKey()).backend()) reopened.add(e.getKey());
+                if (base(e.getKey()) != previous.base(e.getKey())) reopened.add(e.getKey());
             }
         }
         for (String name : previous.specs.keySet()) if (!specs.containsKey(name)) removed.add(name);
         return new Changes(added, removed, changed, reopened);
+    }
+
+    /** The backend of export {@code name} without its filters. */
+    private Backend base(String name) {
+        return specs.get(name).filters().unwrap(opened.get(name).backend());
     }
 
     private static void closeQuietly(Backend b) {
