@@ -96,9 +96,9 @@ public record FilterStack(List<Filter> filters) {
         Set<Backend.Capability> below = EnumSet.allOf(Backend.Capability.class);
         if (readOnly()) below.removeAll(io.jnbd.server.backend.ReadOnlyFilter.WRITES);
         for (Filter f : filters.reversed()) {
-            String refusal = f.factory().refusal(below);
+            String refusal = f.factory().refusal(f.options(), below);
             if (refusal != null) throw new IllegalArgumentException("filter=" + f.name() + ": " + refusal);
-            below = f.factory().capabilities(below);
+            below = f.factory().capabilities(f.options(), below);
         }
     }
 
@@ -106,7 +106,7 @@ public record FilterStack(List<Filter> filters) {
     public Backend wrap(Backend backend) throws IOException {
         Backend b = backend;
         for (Filter f : filters.reversed()) {
-            String refusal = f.factory().refusal(b.capabilities());
+            String refusal = f.factory().refusal(f.options(), b.capabilities());
             if (refusal != null) throw new IOException("filter=" + f.name() + " cannot stand in front of " + b.describe() + ": " + refusal);
             b = f.factory().wrap(b, f.options());
         }

@@ -39,19 +39,20 @@ public interface FilterFactory {
     Set<Backend.Trait> traits(Set<Backend.Trait> below);
 
     /**
-     * The capabilities a filter of this kind offers in front of {@code below}, known before anything is opened;
+     * The capabilities a filter with {@code options} offers in front of {@code below}, known before anything is opened;
      * the stack's check uses it to tell a filter what the ones inside it leave.
      */
-    default Set<Backend.Capability> capabilities(Set<Backend.Capability> below) {
+    default Set<Backend.Capability> capabilities(BackendOptions options, Set<Backend.Capability> below) {
         return below;
     }
 
     /**
-     * Why this filter cannot stand in front of a backend (or filter) offering {@code below}, or null when it can:
+     * Why this filter, with {@code options}, cannot stand in front of a backend (or filter) offering {@code below}, or
+     * null when it can:
      * a filter that must write (a write-back cache) cannot stand over a read-only one. Asked when the spec is
      * read, of what is known then, and again when the chain is built, of what the inner backend really offers.
      */
-    default String refusal(Set<Backend.Capability> below) {
+    default String refusal(BackendOptions options, Set<Backend.Capability> below) {
         return null;
     }
 

@@ -90,6 +90,7 @@ public final class DelayFilterFactory implements FilterFactory {
 
     /** nbdkit's default: where zeroes are delayed, a client asking for a fast zero is told at once that it would not be. */
     private static boolean fastZeroFails(BackendOptions options) {
+        if (options.has("delay-fast-zero") && options.asMap().get("delay-fast-zero") == null) return true; // TOML's = true
         String v = options.choice("delay-fast-zero", "true", "true", "false", "on", "off", "yes", "no", "1", "0");
         return Set.of("true", "on", "yes", "1").contains(v);
     }

@@ -23,7 +23,7 @@ public final class ReadOnlyFilterFactory implements FilterFactory {
     @Override public Set<Backend.Trait> traits(Set<Backend.Trait> below) { return below; }
 
     @Override
-    public Set<Backend.Capability> capabilities(Set<Backend.Capability> below) {
+    public Set<Backend.Capability> capabilities(BackendOptions options, Set<Backend.Capability> below) {
         EnumSet<Backend.Capability> c = EnumSet.noneOf(Backend.Capability.class);
         c.addAll(below);
         c.removeAll(ReadOnlyFilter.WRITES);

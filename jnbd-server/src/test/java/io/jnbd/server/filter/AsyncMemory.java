@@ -7,10 +7,10 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /** A memory backend that also answers asynchronously, as the pool does, and counts the asynchronous calls it got. */
-final class AsyncMemory extends io.jnbd.server.backend.FilterBackend {
-    final AtomicInteger asyncCalls = new AtomicInteger();
+public final class AsyncMemory extends io.jnbd.server.backend.FilterBackend {
+    public final AtomicInteger asyncCalls = new AtomicInteger();
 
-    AsyncMemory(long size) {
+    public AsyncMemory(long size) {
         super(new MemoryBackend(size));
     }
 
