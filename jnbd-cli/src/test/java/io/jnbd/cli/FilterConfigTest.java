@@ -41,6 +41,13 @@ class FilterConfigTest {
     }
 
     @Test
+    void serveHelpTellsHowToStackFilters() {
+        Run r = Run.jnbd("serve", "--help");
+        assertThat(r.out()).contains("  filter=NAME        put a filter in front of the backend; repeatable, the\n",
+            "delay-read=", "error-pread[-rate|-file]=", "jnbd serve -e 'd=memory:1G,filter=delay,rdelay=5ms,filter=error,error-rate=1%'\n");
+    }
+
+    @Test
     void aMistakeInAFilterIsOneLineAndExitTwo() {
         assertRefused("d=memory:1M,filter=nope", "jnbd serve: export 'd': filter=nope: no such filter (use " + FilterFactories.nameList() + ")");
         assertRefused("d=memory:1M,filter=delay,delay-red=5ms", "jnbd serve: export 'd': unknown option 'delay-red' for a memory: export or its filters (delay)");
