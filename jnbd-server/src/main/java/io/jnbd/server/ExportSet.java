@@ -77,17 +77,22 @@ public final class ExportSet {
                 Backend backend;
                 if (before != null && before.sameBackend(s)) {
                     Backend chain = previous.opened.get(s.name()).backend();
-                    try {
-                        backend = before.filters().equals(s.filters()) ? chain : s.wrap(before.filters().unwrap(chain));
-                    } catch (IOException e) {
-                        throw new OpenFailed(s, e);
+                    if (before.filters().equals(s.filters())) {
+                        backend = chain;
+                    } else {
+                        // The old chain stays with its connections; the registry closes it after them (SharedBackend).
+                        SharedBackend hold = ((SharedBackend) before.filters().unwrap(chain)).another();
+                        backend = wrap(s, hold);
+                        fresh.add(backend);
                     }
                 } else {
+                    Backend backendItself;
                     try {
-                        backend = s.open();
+                        backendItself = s.openBackend();
                     } catch (IOException e) {
                         throw new OpenFailed(s, e);
                     }
+                    backend = wrap(s, new SharedBackend(backendItself));
                     fresh.add(backend);
                 }
                 opened.put(s.name(), new Export(s.name(), s.description(), backend, s.tuning(), s.access()));
@@ -101,6 +106,17 @@ public final class ExportSet {
         } catch (OpenFailed | RuntimeException e) {
             for (Backend b : fresh) closeQuietly(b);
             throw e;
+        }
+    }
+
+    /** The chain of {@code s}'s filters over {@code hold}; on failure the hold is given up. */
+    private static Backend wrap(ExportSpec s, SharedBackend hold) throws OpenFailed {
+        try {
+            return s.wrap(hold);
+        } catch (IOException | RuntimeException e) {
+            closeQuietly(hold);
+            if (e instanceof IOException io) throw new OpenFailed(s, io);
+            throw (RuntimeException) e;
         }
     }
 
@@ -134,9 +150,9 @@ public final class ExportSet {
         return new Changes(added, removed, changed, reopened);
     }
 
-    /** The backend of export {@code name} without its filters. */
+    /** The backend of export {@code name}, without its filters and the hold on it. */
     private Backend base(String name) {
-        return specs.get(name).filters().unwrap(opened.get(name).backend());
+        return ((SharedBackend) specs.get(name).filters().unwrap(opened.get(name).backend())).inner();
     }
 
     private static void closeQuietly(Backend b) {

@@ -235,13 +235,18 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
 
     /** Opens the backend this spec names, with its filters in front. */
     public Backend open() throws IOException {
-        Backend b = BackendFactories.of(kind).open(target, options, readOnly());
+        Backend b = openBackend();
         try {
             return filters.wrap(b);
         } catch (IOException | RuntimeException e) {
             b.close();
             throw e;
         }
+    }
+
+    /** The backend this spec names, without its filters (read-only when they hold the read-only filter). */
+    public Backend openBackend() throws IOException {
+        return BackendFactories.of(kind).open(target, options, readOnly());
     }
 
     /** The chain of this spec's filters in front of {@code backend}, already open (a reload that changed only filters). */

@@ -6,6 +6,8 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.DocumentBackend;
+import io.jnbd.server.backend.FilterBackend;
+import io.jnbd.server.backend.MemoryBackend;
 import io.jnbd.server.backend.NbdErrorException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -139,9 +141,35 @@ class FilterStackTest {
         ByteBuffer c = ByteBuffer.allocate(1);
         third.exports().find("m").backend().read(0, c);
         assertThat(c.get(0)).isEqualTo((byte) 9);
-        assertThat(third.exports().find("m").backend()).as("no filters: the backend itself").isInstanceOf(io.jnbd.server.backend.MemoryBackend.class);
+        assertThat(FilterBackend.find(third.exports().find("m").backend(), MemoryBackend.class))
+            .isSameAs(FilterBackend.find(before, MemoryBackend.class));
 
         ExportSet fourth = ExportSet.open(List.of(ExportSpec.parse("m=memory:1M,readonly")), null, third);
         assertThat(fourth.changesFrom(third).reopened()).as("read-only opens the backend anew").containsExactly("m");
+    }
+
+    /**
+     * The registry closes the chain a reload replaced once its last connection is gone: that must not close the
+     * backend the new chain stands on, and the backend closes once, with the last chain.
+     */
+    @Test
+    void retiringTheOldChainLeavesTheBackendToTheNewOne() throws Exception {
+        ExportSet first = ExportSet.open(List.of(ExportSpec.parse("m=memory:1M")), null);
+        first.exports().find("m").backend().write(0, ByteBuffer.wrap(new byte[] {4, 2}), false);
+        ReloadableExports registry = new ReloadableExports(first.exports(), java.time.Duration.ZERO);
+        for (String spec : List.of("m=memory:1M,filter=delay", "m=memory:1M,filter=error,error-rate=0", "m=memory:1M")) {
+            ExportSet before = first;
+            first = ExportSet.open(List.of(ExportSpec.parse(spec)), null, before);
+            registry.replace(first.exports());
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (registry.retiredCount() > 0 && System.nanoTime() < deadline) Thread.sleep(5);
+            assertThat(registry.retiredCount()).as("the old chain of %s was closed", spec).isZero();
+            ByteBuffer b = ByteBuffer.allocate(2);
+            first.exports().find("m").backend().read(0, b);
+            assertThat(b.array()).as("data behind %s", spec).containsExactly(4, 2);
+        }
+        MemoryBackend memory = FilterBackend.find(first.exports().find("m").backend(), MemoryBackend.class);
+        for (Export e : registry.stop()) e.backend().close();
+        assertThat(memory.allocatedBytes()).as("closed with the last chain").isZero();
     }
 }
