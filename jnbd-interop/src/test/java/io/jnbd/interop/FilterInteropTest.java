@@ -70,6 +70,26 @@ class FilterInteropTest {
             .doesNotContainIgnoringCase("error").doesNotContain("Pattern verification failed");
     }
 
+    /** A pool's reads and writes are asynchronous: behind delay and error they stay so, and still pass both filters. */
+    @Test
+    void aPoolExportWorksBehindDelayAndError() throws Exception {
+        try (PoolCluster cluster = new PoolCluster(dir.resolve("pool")).start("64M", "filter=delay", "rdelay=1ms", "wdelay=1ms",
+                "filter=error", "error=ENOSPC", "error-pwrite-rate=100%", "error-offset=48M")) {
+            Path source = dir.resolve("pool-src.img");
+            Interop.writeRandomImage(source, SIZE, 12);
+            Interop.run(T, dir, "nbdcopy", "--flush", source.toString(), cluster.uri()).assertSuccess();
+            Path out = dir.resolve("pool-out.img");
+            Files.deleteIfExists(out);
+            Files.createFile(out);
+            Interop.run(T, dir, "nbdcopy", cluster.uri(), out.toString()).assertSuccess();
+            assertThat(Files.size(out)).isEqualTo(64L << 20);
+            assertThat(Interop.readAt(out, 0, (int) SIZE)).as("the bytes copied in").isEqualTo(Files.readAllBytes(source));
+            assertThat(Interop.readAt(out, SIZE, (int) SIZE)).as("never written").containsOnly(0);
+            Interop.Result r = Interop.run(T, dir, "qemu-io", "-f", "raw", cluster.uri(), "-c", "write -P 0x44 48M 4k");
+            assertThat(r.output()).as(r.toString()).contains("No space left on device");
+        }
+    }
+
     @Test
     void nbdcopyCopiesCorrectBytesThroughADelay() throws Exception {
         Path source = dir.resolve("src.img");
