@@ -11,6 +11,10 @@ import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import java.nio.file.Path;
 
 /**
  * Filters through a real server and a client on the wire: the error a filter injects is the one the client gets, a
@@ -34,6 +38,27 @@ class FilterServerTest {
             assertThat(c.command(Nbd.CMD_WRITE_ZEROES, 0, 0, 4096)).isEqualTo(Nbd.EPERM);
             assertThat(c.read(0, 4096)).as("reads go through").isEqualTo(new byte[4096]);
             assertThat(c.command(Nbd.CMD_FLUSH, 0, 0, 0)).isZero();
+        }
+    }
+
+    /**
+     * No data path skips a filter: a cached file's reads would leave by sendfile, a direct file's large reads are
+     * split, a memory export's run on the connection's thread; behind the error filter every one of them fails.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"size=8M,mode=cached", "size=8M,mode=direct", "memory"})
+    void everyReadPathGoesThroughTheFilter(String kind, @TempDir Path dir) throws IOException {
+        String backend = kind.equals("memory") ? "memory:8M" : "file:" + dir.resolve("f.img") + "," + kind;
+        try (ServerFixture f = serving("plain=" + backend, "e=" + backend + ",filter=error,error-pread-rate=100%,error-pread=EOVERFLOW,"
+                + "filter=delay,delay-read=0");
+             RawClient plain = f.open("plain", true, false); RawClient e = f.open("e", true, false)) {
+            byte[] data = ServerFixture.pattern(3, 4 << 20);
+            assertThat(plain.write(0, data, 0)).isZero();
+            assertThat(e.write(4 << 20, data, 0)).as("writes pass").isZero();
+            assertThat(plain.read(0, 4 << 20)).isEqualTo(data);
+            if (!kind.equals("memory")) assertThat(plain.read(4 << 20, 4 << 20)).as("the write through the filter").isEqualTo(data);
+            assertThat(e.readError(0, 0, 4096)).isEqualTo(Nbd.EOVERFLOW);
+            assertThat(e.readError(0, 0, 4 << 20)).as("a read long enough to be split").isEqualTo(Nbd.EOVERFLOW);
         }
     }
 
