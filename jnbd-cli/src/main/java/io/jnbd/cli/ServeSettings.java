@@ -278,6 +278,12 @@ final class ServeSettings {
             if (v.value() == null) b.append("# ").append(key).append(" is not set\n");
             else b.append(key).append(" = ").append(TomlText.literal(v.value())).append("  # ").append(v.origin()).append('\n');
         });
+        List<String> stacks = new ArrayList<>();
+        exports.forEach((name, v) -> {
+            ExportSpec spec = (ExportSpec) v.value();
+            if (!spec.filters().isEmpty()) stacks.add("#   " + name + ": " + spec.describeStack() + "\n");
+        });
+        if (!stacks.isEmpty()) b.append("\n# Filter stacks, in the order a request meets them:\n").append(String.join("", stacks));
         b.append("\n[export]\n");
         StringBuilder tables = new StringBuilder();
         exports.forEach((name, v) -> {

@@ -17,6 +17,9 @@ import java.util.Map;
  * mode = "direct"                   # every other option as in the spec
  * readonly = true
  * allow = ["10.0.0.0/8", "alice"]   # an option given more than once: a list
+ * filter = ["delay", "error"]       # filters, outermost first, each with its keys
+ * delay-read = "5ms"
+ * error-rate = 0.1
  * description = "VM disk, primary"
  * </pre>
  */
@@ -59,15 +62,20 @@ final class TomlExport {
     static String table(ExportSpec spec) {
         StringBuilder b = new StringBuilder("[export.").append(TomlText.key(spec.name())).append("]\n");
         b.append(spec.kind()).append(" = ").append(TomlText.literal(spec.target())).append('\n');
-        for (var p : spec.parts()) {
-            b.append(p.getKey()).append(" = ").append(p.getValue() == null ? "true" : TomlText.literal(p.getValue())).append('\n');
-        }
+        Map<String, List<String>> byKey = new java.util.LinkedHashMap<>();
+        for (var p : spec.parts()) byKey.computeIfAbsent(p.getKey(), k -> new ArrayList<>()).add(p.getValue());
+        byKey.forEach((key, values) -> {
+            b.append(TomlText.key(key)).append(" = ");
+            if (values.size() > 1) b.append(TomlText.literal(values));
+            else b.append(values.getFirst() == null ? "true" : TomlText.literal(values.getFirst()));
+            b.append('\n');
+        });
         if (!spec.description().isEmpty()) b.append("description = ").append(TomlText.literal(spec.description())).append('\n');
         return b.toString();
     }
 
     private static String text(String name, String key, Object v) {
-        if (v instanceof String || v instanceof Long) return v.toString();
+        if (v instanceof String || v instanceof Long || v instanceof Double) return v.toString();
         throw new IllegalArgumentException("export '" + name + "': " + key + ": expected text or a number, got " + TomlText.literal(v));
     }
 }

@@ -13,7 +13,9 @@ import java.util.Map;
 /**
  * The exports a list of specs names, open: what a server serves at start and after each reload. A reload opens
  * only what it must: an export whose spec opens the same backend as before ({@link ExportSpec#sameBackend})
- * keeps that backend, and a memory export its data; its description, tuning and allow list are the new ones.
+ * keeps that backend, and a memory export its data; its description, tuning and allow list are the new ones, and
+ * where its filters changed, a new chain of them is built in front of the backend (connections already open go on
+ * through the old chain until they close).
  * A backend with a state of its own (a pool) also gets an export {@code NAME/status} that reads it as JSON.
  */
 public final class ExportSet {
@@ -74,13 +76,23 @@ public final class ExportSet {
                 ExportSpec before = previous == null ? null : previous.specs.get(s.name());
                 Backend backend;
                 if (before != null && before.sameBackend(s)) {
-                    backend = previous.opened.get(s.name()).backend();
+                    Backend chain = previous.opened.get(s.name()).backend();
+                    if (before.filters().equals(s.filters())) {
+                        backend = chain;
+                    } else {
+                        // The old chain stays with its connections; the registry closes it after them (SharedBackend).
+                        SharedBackend hold = ((SharedBackend) before.filters().unwrap(chain)).another();
+                        backend = wrap(s, hold);
+                        fresh.add(backend);
+                    }
                 } else {
+                    Backend backendItself;
                     try {
-                        backend = s.open();
+                        backendItself = s.openBackend();
                     } catch (IOException e) {
                         throw new OpenFailed(s, e);
                     }
+                    backend = wrap(s, new SharedBackend(backendItself));
                     fresh.add(backend);
                 }
                 opened.put(s.name(), new Export(s.name(), s.description(), backend, s.tuning(), s.access()));
@@ -94,6 +106,17 @@ public final class ExportSet {
         } catch (OpenFailed | RuntimeException e) {
             for (Backend b : fresh) closeQuietly(b);
             throw e;
+        }
+    }
+
+    /** The chain of {@code s}'s filters over {@code hold}; on failure the hold is given up. */
+    private static Backend wrap(ExportSpec s, SharedBackend hold) throws OpenFailed {
+        try {
+            return s.wrap(hold);
+        } catch (IOException | RuntimeException e) {
+            closeQuietly(hold);
+            if (e instanceof IOException io) throw new OpenFailed(s, io);
+            throw (RuntimeException) e;
         }
     }
 
@@ -120,11 +143,16 @@ public final class ExportSet {
             if (before == null) added.add(e.getKey());
             else if (!before.equals(e.getValue())) {
                 changed.add(e.getKey());
-                if (opened.get(e.getKey()).backend() != previous.opened.get(e.getKey()).backend()) reopened.add(e.getKey());
+                if (base(e.getKey()) != previous.base(e.getKey())) reopened.add(e.getKey());
             }
         }
         for (String name : previous.specs.keySet()) if (!specs.containsKey(name)) removed.add(name);
         return new Changes(added, removed, changed, reopened);
+    }
+
+    /** The backend of export {@code name}, without its filters and the hold on it. */
+    private Backend base(String name) {
+        return ((SharedBackend) specs.get(name).filters().unwrap(opened.get(name).backend())).inner();
     }
 
     private static void closeQuietly(Backend b) {

@@ -4,7 +4,7 @@ import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.BackendFactories;
 import io.jnbd.server.backend.BackendFactory;
 import io.jnbd.server.backend.BackendOptions;
-import io.jnbd.server.backend.ReadOnlyFilter;
+import io.jnbd.server.backend.FilterFactories;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -17,9 +17,11 @@ import java.util.Map;
  * or {@code scratch=memory:4G}. The options every export takes are {@code readonly}, {@code split=SIZE},
  * {@code chunk=SIZE}, {@code streams=N}, {@code scheduler=none|sorted}, {@code allow=ENTRY;ENTRY...} and
  * {@code readonly-for=ENTRY;ENTRY...} (see {@link AllowList}; repeatable) and {@code description=TEXT}, which runs to the end of the spec and so may contain
- * commas; every other option belongs to the kind, whose {@link BackendFactory} checks it.
+ * commas. {@code filter=NAME} (repeatable, outermost first) stacks a filter in front of the backend, and a key that a
+ * filter takes belongs to that filter (see {@link FilterStack}); {@code readonly} is short for the read-only filter,
+ * outermost. Every other option belongs to the kind, whose {@link BackendFactory} checks it.
  */
-public record ExportSpec(String name, String kind, String target, BackendOptions options, boolean readOnly,
+public record ExportSpec(String name, String kind, String target, BackendOptions options, FilterStack filters,
                          String description, ExportTuning tuning, AllowList access) {
 
     /** Parses {@code NAME=SPEC}; the message of the exception is meant for the user as it is. */
@@ -70,7 +72,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
             int e = opt.indexOf('=');
             String key = e < 0 ? opt : opt.substring(0, e);
             String value = e < 0 ? null : opt.substring(e + 1);
-            if (value == null && !ownSeen && !GENERAL.contains(key) && factory.continuesTarget(key)) {
+            if (value == null && !ownSeen && !GENERAL.contains(key) && FilterFactories.owning(key) == null && factory.continuesTarget(key)) {
                 target += "," + key;
                 continue;
             }
@@ -106,30 +108,42 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
     private static ExportSpec build(String name, String kind, BackendFactory factory, String target,
                                     List<Map.Entry<String, String>> options, String description) {
         Map<String, String> general = new LinkedHashMap<>(), own = new LinkedHashMap<>();
-        List<String> allow = new ArrayList<>(), readOnlyFor = new ArrayList<>();
+        Map<String, String> filterKeys = new LinkedHashMap<>();
+        List<String> allow = new ArrayList<>(), readOnlyFor = new ArrayList<>(), filterNames = new ArrayList<>();
         for (Map.Entry<String, String> o : options) {
             String key = o.getKey(), value = o.getValue();
             if (key.equals("allow")) allow.add(value);
             else if (key.equals("readonly-for")) readOnlyFor.add(value);
+            else if (key.equals("filter")) filterNames.add(value);
             else if (GENERAL.contains(key)) general.put(key, value);
+            else if (FilterFactories.owning(key) != null) filterKeys.put(key, value);
             else if (!factory.options().contains(key)) {
-                throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export");
+                throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export"
+                    + (filterNames.isEmpty() ? "" : " or its filters (" + String.join(", ", filterNames) + ")"));
             } else own.put(key, value);
         }
         BackendOptions backendOptions = new BackendOptions(own);
         factory.check(target, backendOptions);
-        return new ExportSpec(name, kind, target, backendOptions, readOnly(general), description,
-            tuning(new BackendOptions(general), factory.traits(target, backendOptions)), AllowList.parse(allow, readOnlyFor));
+        FilterStack filters = FilterStack.of(filterNames, readOnly(general), filterKeys);
+        filters.checkStacking();
+        return new ExportSpec(name, kind, target, backendOptions, filters, description,
+            tuning(new BackendOptions(general), filters.traits(factory.traits(target, backendOptions))), AllowList.parse(allow, readOnlyFor));
     }
 
     /**
-     * Whether {@code other} opens the same backend: same kind, target, kind options and read-only flag. The rest
-     * (description, tuning, who may connect) belongs to the export, so a reload that changes only that keeps
-     * the open backend, and a memory export its data.
+     * Whether {@code other} opens the same backend: same kind, target, kind options and read-only flag (whether the
+     * stack holds the read-only filter, with which the backend is opened read-only). The rest (filters, description,
+     * tuning, who may connect) belongs to the export, so a reload that changes only that keeps the open backend, and
+     * a memory export its data; where the filters changed, {@link ExportSet} builds a new chain in front of it.
      */
     public boolean sameBackend(ExportSpec other) {
         return kind.equals(other.kind) && target.equals(other.target) && options.asMap().equals(other.options.asMap())
-            && readOnly == other.readOnly;
+            && readOnly() == other.readOnly();
+    }
+
+    /** Whether the export refuses writes: its stack holds the read-only filter. */
+    public boolean readOnly() {
+        return filters.readOnly();
     }
 
     /**
@@ -144,14 +158,14 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
     }
 
     /**
-     * The options of this spec, a bare key's value null: the kind's, then readonly, tuning where it differs from
-     * the kind's defaults, allow and readonly-for.
+     * The options of this spec, a bare key's value null: the kind's, then the filters outermost first (readonly or
+     * filter=NAME, then its keys), tuning where it differs from the defaults, allow and readonly-for.
      */
     public List<Map.Entry<String, String>> parts() {
         List<Map.Entry<String, String>> out = new ArrayList<>();
         options.asMap().forEach((k, v) -> out.add(new java.util.AbstractMap.SimpleImmutableEntry<>(k, v)));
-        if (readOnly) out.add(new java.util.AbstractMap.SimpleImmutableEntry<>("readonly", null));
-        ExportTuning defaults = ExportTuning.defaultsFor(BackendFactories.of(kind).traits(target, options));
+        out.addAll(filters.parts());
+        ExportTuning defaults = ExportTuning.defaultsFor(traits());
         if (tuning.splitThreshold() != defaults.splitThreshold()) out.add(Map.entry("split", size(tuning.splitThreshold())));
         if (tuning.chunkSize() != defaults.chunkSize()) out.add(Map.entry("chunk", size(tuning.chunkSize())));
         if (tuning.streams() != defaults.streams()) out.add(Map.entry("streams", Integer.toString(tuning.streams())));
@@ -203,9 +217,40 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         return new Export(name, description, open(), tuning, access);
     }
 
+    /** The traits of the opened chain, known before it is opened: the backend's that every filter keeps. */
+    public java.util.Set<Backend.Trait> traits() {
+        return filters.traits(BackendFactories.of(kind).traits(target, options));
+    }
+
+    /** {@code delay(read 5ms) -> error(EIO 10%) -> file:/img}: the chain a request meets, for {@code jnbd serve --check}. */
+    public String describeStack() {
+        StringBuilder b = new StringBuilder(filters.describe()).append(kind).append(':').append(target);
+        if (!options.asMap().isEmpty()) {
+            List<String> o = new ArrayList<>();
+            options.asMap().forEach((k, v) -> o.add(v == null ? k : k + "=" + v));
+            b.append(" (").append(String.join(", ", o)).append(')');
+        }
+        return b.toString();
+    }
+
     /** Opens the backend this spec names, with its filters in front. */
     public Backend open() throws IOException {
-        Backend b = BackendFactories.of(kind).open(target, options, readOnly);
-        return readOnly ? new ReadOnlyFilter(b) : b;
+        Backend b = openBackend();
+        try {
+            return filters.wrap(b);
+        } catch (IOException | RuntimeException e) {
+            b.close();
+            throw e;
+        }
+    }
+
+    /** The backend this spec names, without its filters (read-only when they hold the read-only filter). */
+    public Backend openBackend() throws IOException {
+        return BackendFactories.of(kind).open(target, options, readOnly());
+    }
+
+    /** The chain of this spec's filters in front of {@code backend}, already open (a reload that changed only filters). */
+    public Backend wrap(Backend backend) throws IOException {
+        return filters.wrap(backend);
     }
 }

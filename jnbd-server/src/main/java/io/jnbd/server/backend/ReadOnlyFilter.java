@@ -11,8 +11,10 @@ import java.util.concurrent.CompletableFuture;
  * this filter should one reach it. Reads, block status, flush and cache go down unchanged.
  */
 public final class ReadOnlyFilter extends FilterBackend {
-    private static final Set<Capability> WRITES =
-        EnumSet.of(Capability.WRITE, Capability.FUA, Capability.TRIM, Capability.ZERO, Capability.FAST_ZERO);
+    /** The capabilities it hides. */
+    public static final Set<Capability> WRITES =
+        java.util.Collections.unmodifiableSet(EnumSet.of(Capability.WRITE, Capability.FUA, Capability.TRIM, Capability.ZERO,
+            Capability.FAST_ZERO));
 
     private final Set<Capability> caps;
 

@@ -1,0 +1,61 @@
+package io.jnbd.server.backend;
+
+import java.util.Set;
+
+/**
+ * Makes the filters of one name, as an export spec stacks them: {@code filter=NAME} followed by the filter's own
+ * keys ({@code filter=delay,delay-read=5ms}). Filters are found with {@link java.util.ServiceLoader} (see
+ * {@link FilterFactories}), as backends are: a module adds one by listing its factory in
+ * {@code META-INF/services/io.jnbd.server.backend.FilterFactory}.
+ *
+ * <p>A key belongs to the filter that declares it, whatever its place in the spec, so the keys of two filters must
+ * not clash ({@link FilterFactories} refuses to load two that share one). Where nbdkit has the filter, its name and
+ * keys are nbdkit's, so that a user coming from nbdkit reads them at once.
+ */
+public interface FilterFactory {
+    /** What follows {@code filter=}, in lower case: {@code readonly}, {@code delay}, {@code error}. */
+    String name();
+
+    /** One line for help texts: {@code filter=delay[,delay-read=DELAY][,delay-write=DELAY]...}. */
+    String usage();
+
+    /** The keys this filter takes. */
+    Set<String> options();
+
+    /**
+     * Checks the options now, so that a bad spec fails when it is read rather than when it is opened; the
+     * message names the key and is meant for the user as it is.
+     */
+    void check(BackendOptions options);
+
+    /** The filter's part of a resolved stack, for {@code jnbd serve --check}: {@code delay(read 5ms)}. */
+    String describe(BackendOptions options);
+
+    /**
+     * The traits a filter of this kind passes on, from those of what is behind it: known before anything is
+     * opened (an export's tuning defaults follow them), and the same as its instances' {@link Backend#traits()}.
+     * A trait opens a path on which requests skip the filter's own code (see {@link FilterBackend}).
+     */
+    Set<Backend.Trait> traits(Set<Backend.Trait> below);
+
+    /**
+     * The capabilities a filter with {@code options} offers in front of {@code below}, known before anything is opened;
+     * the stack's check uses it to tell a filter what the ones inside it leave.
+     */
+    default Set<Backend.Capability> capabilities(BackendOptions options, Set<Backend.Capability> below) {
+        return below;
+    }
+
+    /**
+     * Why this filter, with {@code options}, cannot stand in front of a backend (or filter) offering {@code below}, or
+     * null when it can:
+     * a filter that must write (a write-back cache) cannot stand over a read-only one. Asked when the spec is
+     * read, of what is known then, and again when the chain is built, of what the inner backend really offers.
+     */
+    default String refusal(BackendOptions options, Set<Backend.Capability> below) {
+        return null;
+    }
+
+    /** The filter in front of {@code inner}, forwarding what it does not change; {@code options} have passed {@link #check}. */
+    FilterBackend wrap(Backend inner, BackendOptions options);
+}

@@ -1,0 +1,24 @@
+package io.jnbd.server.filter;
+
+import io.jnbd.server.backend.Backend.Trait;
+import java.util.EnumSet;
+import java.util.Set;
+
+/** Which traits of its inner backend a filter keeps. */
+final class Traits {
+    private Traits() {}
+
+    /**
+     * For a filter that acts on every call (waits before it, or fails it) and implements the asynchronous calls so:
+     * it keeps {@link Trait#ASYNC} where the inner has it, {@link Trait#DIRECT_IO} and {@link Trait#REMOTE} (they say
+     * how buffers are laid out and where calls may wait, which it does not change), and drops {@link Trait#ZERO_COPY}
+     * (sendfile would skip it) and {@link Trait#NEVER_BLOCKS} (it may wait, or the call it guards may).
+     */
+    static Set<Trait> throughEveryCall(Set<Trait> below) {
+        EnumSet<Trait> out = EnumSet.noneOf(Trait.class);
+        for (Trait t : below) {
+            if (t == Trait.ASYNC || t == Trait.DIRECT_IO || t == Trait.REMOTE) out.add(t);
+        }
+        return out;
+    }
+}
