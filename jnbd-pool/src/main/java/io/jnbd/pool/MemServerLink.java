@@ -6,6 +6,7 @@ import io.jnbd.client.NbdUri;
 import io.jnbd.pool.memserver.MemServerStatus;
 import io.jnbd.pool.memserver.ServerDescription;
 import io.jnbd.pool.memserver.SpaceName;
+import io.jnbd.tls.TlsClientSettings;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.URI;
@@ -54,6 +55,8 @@ final class MemServerLink {
     private final Duration timeout;
     private final int extentSize;
     private final Listener listener;
+    /** TLS on both connections; null: plain text. */
+    private final TlsClientSettings tls;
     private volatile Session session;
     private volatile long free = -1;
     private volatile String lastError = "not connected yet";
@@ -77,6 +80,11 @@ final class MemServerLink {
     private Thread supervisor;
 
     MemServerLink(String name, Identity identity, Duration timeout, int extentSize, Listener listener) {
+        this(name, identity, timeout, extentSize, listener, null);
+    }
+
+    MemServerLink(String name, Identity identity, Duration timeout, int extentSize, Listener listener, TlsClientSettings tls) {
+        this.tls = tls;
         this.name = name;
         this.address = parse(name);
         this.identity = identity;
@@ -177,8 +185,8 @@ final class MemServerLink {
                     listener.up(this);
                     continue;
                 } catch (IOException | RuntimeException e) {
-                    lastError = e.getMessage();
-                    log.debug("memory server {}: cannot connect: {}", name, e.getMessage());
+                    lastError = SpaceName.redact(e.getMessage());
+                    log.debug("memory server {}: cannot connect: {}", name, lastError);
                     sleep(backoff);
                     backoff = Math.min(MAX_BACKOFF_MILLIS, backoff * 2);
                     continue;
@@ -196,8 +204,14 @@ final class MemServerLink {
         // The session number lets the server refuse writes still queued from an earlier session of ours.
         SpaceName space = identity.space().withSession(nextGeneration);
         ClientOptions options = ClientOptions.defaults().withConnectTimeout(timeout).withRequestTimeout(timeout)
-            .withConnections(2);
-        NbdClient data = NbdClient.connect(uri(resolved, space.exportName()), options);
+            .withConnections(2).withTls(tls);
+        NbdClient data;
+        try {
+            data = NbdClient.connect(uri(resolved, space.exportName()), options);
+        } catch (IOException e) {
+            // The space's name holds the instance, the key to the space without TLS: it must not reach a log or status.
+            throw new IOException(SpaceName.redact(e.getMessage()), e.getCause());
+        }
         NbdClient status = null;
         try {
             ServerDescription desc = ServerDescription.parse(data.info().description());
@@ -209,7 +223,7 @@ final class MemServerLink {
                 extentsHeld.clear(); // a new incarnation holds nothing of ours
             }
             status = NbdClient.connect(uri(resolved, "status"), ClientOptions.defaults().withConnectTimeout(timeout)
-                .withRequestTimeout(timeout));
+                .withRequestTimeout(timeout).withTls(tls));
             lastIncarnation = desc.incarnation();
             free = desc.free();
             lastError = null;
