@@ -37,12 +37,14 @@ final class PoolCluster implements AutoCloseable {
     static final int EXTENT = 4 << 20;
     static final int MiB = 1 << 20;
     static final int SIGKILL_EXIT = 128 + 9;
-    /** On loopback, where every client is trusted: the status lists the clients (by instance fingerprint) to anyone. */
-    private static final List<String> MEMSERVER_ARGS = List.of("--memory", "512M", "--grace", Integer.toString(GRACE_SECONDS),
-        "--status-clients", "anyone");
+    private static final List<String> MEMSERVER_ARGS = List.of("--memory", "512M", "--grace", Integer.toString(GRACE_SECONDS));
     private static final Duration START_TIMEOUT = Duration.ofSeconds(90);
 
     private final Path dir;
+    /** The memory servers' options: MEMSERVER_ARGS, and what {@link #withMemserverArgs} adds. */
+    private final List<String> memserverArgs = new ArrayList<>(MEMSERVER_ARGS);
+    /** On loopback, where every client is trusted, the status lists the clients (by instance fingerprint) to anyone. */
+    private String statusClients = "anyone";
     private final JnbdServer[] memservers = new JnbdServer[SERVERS];
     /** Every process ever started, restarted memory servers too: close() ends them all. */
     private final List<JnbdServer> started = new CopyOnWriteArrayList<>();
@@ -50,6 +52,24 @@ final class PoolCluster implements AutoCloseable {
 
     PoolCluster(Path dir) {
         this.dir = dir;
+    }
+
+    /** Adds options to every memory server this cluster starts (TLS, say); before {@link #start}. */
+    PoolCluster withMemserverArgs(String... args) {
+        memserverArgs.addAll(List.of(args));
+        return this;
+    }
+
+    /** Who the memory servers list their clients to (--status-clients); before {@link #start}. */
+    PoolCluster withStatusClients(String who) {
+        statusClients = who;
+        return this;
+    }
+
+    private String[] memserverCommandLine() {
+        List<String> args = new ArrayList<>(memserverArgs);
+        args.addAll(List.of("--status-clients", statusClients));
+        return args.toArray(String[]::new);
     }
 
     /**
@@ -63,7 +83,7 @@ final class PoolCluster implements AutoCloseable {
             for (int i = 0; i < SERVERS; i++) {
                 Path work = dir.resolve("memserver-" + i);
                 starting.add(starter.submit(() -> {
-                    JnbdServer m = JnbdServer.memserver(work, MEMSERVER_ARGS.toArray(String[]::new));
+                    JnbdServer m = JnbdServer.memserver(work, memserverCommandLine());
                     started.add(m);
                     return m;
                 }));
@@ -121,7 +141,7 @@ final class PoolCluster implements AutoCloseable {
     JnbdServer restart(int i) throws IOException, InterruptedException {
         JnbdServer old = memservers[i];
         assertThat(old.process().isAlive()).as("memory server %d still runs", i).isFalse();
-        JnbdServer fresh = JnbdServer.memserverOn(old.workDir(), old.port(), MEMSERVER_ARGS.toArray(String[]::new));
+        JnbdServer fresh = JnbdServer.memserverOn(old.workDir(), old.port(), memserverCommandLine());
         started.add(fresh);
         memservers[i] = fresh;
         return fresh;

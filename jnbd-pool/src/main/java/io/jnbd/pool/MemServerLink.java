@@ -33,6 +33,12 @@ final class MemServerLink {
     private static final Logger log = LoggerFactory.getLogger(MemServerLink.class);
     private static final Duration POLL = Duration.ofSeconds(1);
     private static final long MAX_BACKOFF_MILLIS = 5000;
+    /**
+     * What a TLS link's connect may take beyond the server timeout: the first TLS handshake of a process loads
+     * and initialises the TLS engine on both ends, seconds on a busy machine, and a pool must not give up on
+     * every memory server at start for it. Requests keep the server timeout.
+     */
+    private static final Duration TLS_HANDSHAKE_ALLOWANCE = Duration.ofSeconds(10);
 
     /** One stretch of being connected. {@code generation} numbers them; {@code incarnation} is the server's. */
     record Session(int generation, long incarnation, NbdClient data, NbdClient status) {}
@@ -203,7 +209,8 @@ final class MemServerLink {
         if (resolved.isUnresolved()) throw new IOException("cannot resolve " + address.getHostString());
         // The session number lets the server refuse writes still queued from an earlier session of ours.
         SpaceName space = identity.space().withSession(nextGeneration);
-        ClientOptions options = ClientOptions.defaults().withConnectTimeout(timeout).withRequestTimeout(timeout)
+        Duration connectTimeout = tls == null ? timeout : timeout.plus(TLS_HANDSHAKE_ALLOWANCE);
+        ClientOptions options = ClientOptions.defaults().withConnectTimeout(connectTimeout).withRequestTimeout(timeout)
             .withConnections(2).withTls(tls);
         NbdClient data;
         try {
@@ -222,7 +229,7 @@ final class MemServerLink {
                 if (lastIncarnation != 0) log.info("memory server {} restarted (incarnation {}): it is empty", name, Long.toHexString(desc.incarnation()));
                 extentsHeld.clear(); // a new incarnation holds nothing of ours
             }
-            status = NbdClient.connect(uri(resolved, "status"), ClientOptions.defaults().withConnectTimeout(timeout)
+            status = NbdClient.connect(uri(resolved, "status"), ClientOptions.defaults().withConnectTimeout(connectTimeout)
                 .withRequestTimeout(timeout).withTls(tls));
             lastIncarnation = desc.incarnation();
             free = desc.free();
