@@ -11,6 +11,7 @@ import io.jnbd.pool.memserver.MemServerAccess;
 import io.jnbd.pool.memserver.MemServerStatus;
 import io.jnbd.pool.memserver.SpaceName;
 import io.jnbd.protocol.Nbd;
+import io.jnbd.server.AllowList;
 import io.jnbd.tls.TlsClientSettings;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -140,6 +141,43 @@ class PoolSecurityTest {
                 assertThat(again.status().servers()).allSatisfy(s -> assertThat(s.state()).isEqualTo("up"));
                 assertThat(again.space().instance()).isNotEqualTo(space.instance());
             }
+        }
+    }
+
+    @Test
+    void onlyTheAllowedConnectAndOnlyTheAdministratorSeesTheClients() throws Exception {
+        MemServerAccess access = new MemServerAccess(AllowList.parse(List.of(TestCluster.POOL_IDENTITY + ";ops")),
+            MemServerAccess.StatusClients.parse("ops"));
+        try (TestCluster c = TestCluster.overPsk(1, MemServer.Config.ofMemory(16L * MiB), access);
+             PoolVolume v = PoolVolume.open(new PoolConfig(c.addresses(), 4L * MiB, 1, 256 << 10, 0, 0, c.serverTimeout(), 0, 1, 0, 0)
+                 .withTls(c.clientTls()))) {
+            v.write(0, ByteBuffer.wrap(new byte[65536])).join();
+            String address = c.addresses().getFirst();
+            assertThatThrownBy(() -> read(address, "status", c.as(TestCluster.OTHER_IDENTITY))).as("an identity off --allow")
+                .hasMessageContaining("not admitted");
+            MemServerStatus pool = MemServerStatus.parse(read(address, "status", c.clientTls()));
+            assertThat(pool.clients()).as("the clients as the pool sees them").isEmpty();
+            assertThat(pool.moreClients()).isEqualTo(1);
+            assertThat(pool.free()).as("what the pool needs of the status").isPositive();
+        }
+    }
+
+    @Test
+    void thePoolSpecTakesLibnbdsTlsKeys(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        java.nio.file.Path psk = java.nio.file.Files.writeString(dir.resolve("k.psk"), "pool:" + "ab".repeat(32) + "\n");
+        var options = new io.jnbd.server.backend.BackendOptions(Map.of("size", "1G", "tls-psk-file", psk.toString(), "tls-username", "pool"));
+        TlsClientSettings tls = PoolBackendFactory.config("127.0.0.1:1,127.0.0.1:2", options).tls();
+        assertThat(tls.pskFile()).isEqualTo(psk);
+        assertThat(tls.pskIdentity()).isEqualTo("pool");
+        assertThat(tls.verifyPeer()).isTrue();
+        assertThat(PoolBackendFactory.config("127.0.0.1:1", new io.jnbd.server.backend.BackendOptions(Map.of("size", "1G"))).tls())
+            .as("no tls- key: plain text").isNull();
+        for (Map<String, String> wrong : List.of(Map.of("size", "1G", "tls-username", "pool"),
+                Map.of("size", "1G", "tls-psk-file", dir.resolve("missing").toString()),
+                Map.of("size", "1G", "tls-psk-file", psk.toString(), "tls-certificates", dir.toString()),
+                Map.of("size", "1G", "tls-certificates", dir.toString(), "tls-username", "pool"))) {
+            assertThatThrownBy(() -> PoolBackendFactory.config("127.0.0.1:1", new io.jnbd.server.backend.BackendOptions(wrong)))
+                .as("%s", wrong).isInstanceOf(IllegalArgumentException.class);
         }
     }
 

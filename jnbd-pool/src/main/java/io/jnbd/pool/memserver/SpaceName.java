@@ -87,6 +87,12 @@ public record SpaceName(int client, int unit, long instance, int session) {
 
     private static final java.util.regex.Pattern IN_TEXT = java.util.regex.Pattern.compile("pool/[0-9]+/[0-9]+/[0-9a-f]{16}(?:/[0-9]+)?");
 
+    /** Without the instance, as {@link #shown}: a name printed by mistake must not give the key away. */
+    @Override
+    public String toString() {
+        return shown();
+    }
+
     public SpaceName withSession(int s) {
         return new SpaceName(client, unit, instance, s);
     }

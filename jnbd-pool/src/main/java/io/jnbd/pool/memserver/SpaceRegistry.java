@@ -160,6 +160,11 @@ final class SpaceRegistry implements ExportRegistry {
     }
 
     @Override
+    public Collection<Export> listed(Client client) {
+        return access.allow().allows(client) ? List.of(status) : List.of();
+    }
+
+    @Override
     public Collection<Export> all() {
         return List.of(status);
     }
