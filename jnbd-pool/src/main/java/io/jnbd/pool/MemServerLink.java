@@ -34,10 +34,11 @@ final class MemServerLink {
     private static final Duration POLL = Duration.ofSeconds(1);
     private static final long MAX_BACKOFF_MILLIS = 5000;
     /**
-     * What a TLS link's connect may take beyond the server timeout: the first TLS handshake of a process loads
-     * and initialises the TLS engine on both ends, seconds on a busy machine, and a pool must not give up on
-     * every memory server at start for it. Requests keep the server timeout.
+     * What a link's connect may take beyond the server timeout: the first handshake of a process loads the NBD
+     * client's and server's code on both ends, and under TLS initialises the TLS engine too, seconds on a busy
+     * machine; a pool must not give up on every memory server at start for it. Requests keep the server timeout.
      */
+    private static final Duration CONNECT_ALLOWANCE = Duration.ofSeconds(2);
     private static final Duration TLS_HANDSHAKE_ALLOWANCE = Duration.ofSeconds(10);
 
     /** One stretch of being connected. {@code generation} numbers them; {@code incarnation} is the server's. */
@@ -209,7 +210,7 @@ final class MemServerLink {
         if (resolved.isUnresolved()) throw new IOException("cannot resolve " + address.getHostString());
         // The session number lets the server refuse writes still queued from an earlier session of ours.
         SpaceName space = identity.space().withSession(nextGeneration);
-        Duration connectTimeout = tls == null ? timeout : timeout.plus(TLS_HANDSHAKE_ALLOWANCE);
+        Duration connectTimeout = timeout.plus(tls == null ? CONNECT_ALLOWANCE : TLS_HANDSHAKE_ALLOWANCE);
         ClientOptions options = ClientOptions.defaults().withConnectTimeout(connectTimeout).withRequestTimeout(timeout)
             .withConnections(2).withTls(tls);
         NbdClient data;

@@ -78,6 +78,8 @@ public final class MemServer implements AutoCloseable {
         // The first rendering loads and links the JSON library (about a second on a busy two-core machine):
         // done here, it cannot make the first status poll of a pool client time out.
         status().toJson();
+        // Likewise the first SHA-256 (fingerprints in every handshake's log line) loads the security providers.
+        SpaceName.fingerprint(incarnation);
         log.info("memory server incarnation {}: {} bytes of RAM{}, grace {}s", Long.toHexString(incarnation), config.memory(),
             config.spillDir() == null ? "" : ", " + config.spillSize() + " bytes of spill in " + config.spillDir(),
             config.grace().toSeconds());
