@@ -99,7 +99,9 @@ public final class PoolBackendFactory implements BackendFactory {
         Path certificates = path(o, "tls-certificates");
         Path psk = path(o, "tls-psk-file");
         String user = o.string("tls-username", null);
-        String verify = o.choice("tls-verify-peer", "true", "true", "false");
+        // A bare tls-verify-peer (a config file's "tls-verify-peer = true") means true.
+        boolean bare = o.asMap().containsKey("tls-verify-peer") && o.asMap().get("tls-verify-peer") == null;
+        String verify = bare ? "true" : o.choice("tls-verify-peer", "true", "true", "false");
         if (certificates == null && psk == null) {
             if (user != null || o.has("tls-verify-peer")) {
                 throw new IllegalArgumentException("pool: tls-username and tls-verify-peer need tls-psk-file=FILE or tls-certificates=DIR");

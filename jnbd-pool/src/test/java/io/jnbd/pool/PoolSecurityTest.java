@@ -181,6 +181,37 @@ class PoolSecurityTest {
         }
     }
 
+    /**
+     * {@code jnbd serve} opens its pool exports at start: one whose memory servers are on another host in plain
+     * text gets a warning; loopback or TLS links do not. 192.0.2.1 (TEST-NET-1) answers nobody, so each open
+     * fails after the warning is or is not logged.
+     */
+    @Test
+    void aPoolOfRemoteMemoryServersInPlainTextIsWarnedAbout(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        java.nio.file.Path psk = java.nio.file.Files.writeString(dir.resolve("k.psk"), "pool:" + "ab".repeat(32) + "\n");
+        Map<String, String> remotePlain = Map.of("size", "1G", "server-timeout", "1");
+        Map<String, String> remoteTls = Map.of("size", "1G", "server-timeout", "1", "tls-psk-file", psk.toString());
+        assertThat(logOfOpening("192.0.2.1:10810", remotePlain)).contains("in plain text").contains("192.0.2.1:10810");
+        assertThat(logOfOpening("127.0.0.1:1", remotePlain)).doesNotContain("in plain text");
+        assertThat(logOfOpening("192.0.2.1:10810", remoteTls)).doesNotContain("in plain text");
+    }
+
+    /** What is logged while the pool export {@code target} is opened (and fails: no memory server answers). */
+    private static String logOfOpening(String target, Map<String, String> options) {
+        java.io.ByteArrayOutputStream log = new java.io.ByteArrayOutputStream();
+        java.io.PrintStream stderr = System.err;
+        System.setErr(new java.io.PrintStream(log, true, StandardCharsets.UTF_8));
+        try {
+            assertThatThrownBy(() -> new PoolBackendFactory().open(target, new io.jnbd.server.backend.BackendOptions(options), false))
+                .isInstanceOf(IOException.class).hasMessageContaining("no memory server answered");
+        } finally {
+            System.setErr(stderr);
+        }
+        String text = log.toString(StandardCharsets.UTF_8);
+        stderr.print(text);
+        return text;
+    }
+
     private static Map<MemServerLink, Integer> generations(PoolVolume v) {
         Map<MemServerLink, Integer> out = new HashMap<>();
         for (MemServerLink l : v.links()) out.put(l, l.session() == null ? -1 : l.session().generation());
