@@ -1,8 +1,12 @@
 package io.jnbd.cli;
 
 import io.jnbd.pool.memserver.MemServer;
+import io.jnbd.pool.memserver.MemServerAccess;
+import io.jnbd.server.AllowList;
 import io.jnbd.server.ExportSpec;
 import io.jnbd.server.ServerConfig;
+import io.jnbd.server.ServerTls;
+import io.jnbd.tls.TlsConfigException;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.net.BindException;
@@ -34,6 +38,13 @@ import picocli.CommandLine.Option;
         "",
         "The export 'status' holds the server's state as JSON:",
         "  nbdcopy nbd://HOST:PORT/status - | head -c 2000",
+        "",
+        "Security (docs/security.md): in plain text the server trusts everyone who can",
+        "reach its port; a space's name is its key and is never shown (status, logs and",
+        "lists show a fingerprint). With --tls require and --tls-psk or",
+        "--tls-certificates --tls-verify-peer, a space belongs to the identity that",
+        "made it: no other identity may open it or fence it. --allow limits who may",
+        "connect at all; --status-clients who sees the list of clients.",
         ""},
     footer = {
         "",
@@ -41,9 +52,12 @@ import picocli.CommandLine.Option;
         "  jnbd memserver --listen 127.0.0.1:10810 --memory 4G",
         "  jnbd memserver --listen 0.0.0.0:10810 --memory 16G \\",
         "                 --spill-dir /var/tmp/jnbd-spill --spill-size 64G --client-quota 8G",
+        "  jnbd memserver --listen 0.0.0.0:10810 --memory 16G --tls require \\",
+        "                 --tls-psk /etc/jnbd/pool.psk --allow 'vmhost1;vmhost2' --status-clients ops",
         "",
         "SIGINT or SIGTERM: stop; the RAM is freed and the spill file deleted."})
 public final class MemServerCommand implements Callable<Integer> {
+    private static final org.slf4j.Logger log = org.slf4j.LoggerFactory.getLogger(MemServerCommand.class);
 
     @Option(names = "--listen", paramLabel = "HOST:PORT", description = "TCP address to listen on; repeatable (default 127.0.0.1:10810)")
     List<String> listen = new ArrayList<>();
@@ -72,6 +86,34 @@ public final class MemServerCommand implements Callable<Integer> {
             + "0 never polls (default ${DEFAULT-VALUE}, as for serve)")
     int busyPollMicros;
 
+    @Option(names = "--tls", paramLabel = "off|on|require", defaultValue = "off",
+        description = "as for serve: off refuses STARTTLS; on offers TLS; require refuses every option before "
+            + "STARTTLS (default ${DEFAULT-VALUE})")
+    String tls;
+
+    @Option(names = "--tls-certificates", paramLabel = "DIR",
+        description = "X.509: DIR holds ca-cert.pem, server-cert.pem, server-key.pem and optionally ca-crl.pem")
+    Path tlsCertificates;
+
+    @Option(names = "--tls-verify-peer", arity = "0..1", paramLabel = "true|false", defaultValue = "false", fallbackValue = "true",
+        description = "X.509: require a client certificate signed by ca-cert.pem (its CN is the client's identity)")
+    boolean tlsVerifyPeer;
+
+    @Option(names = "--tls-psk", paramLabel = "FILE",
+        description = "PSK: FILE holds psktool's identity:hexkey lines; a pool's tls-username= picks its identity")
+    Path tlsPsk;
+
+    @Option(names = "--allow", paramLabel = "LIST",
+        description = "only these clients may connect: address ranges (10.0.0.0/8), addresses and TLS identities, "
+            + "separated by ';'; repeatable (default: anyone)")
+    List<String> allow = new ArrayList<>();
+
+    @Option(names = "--status-clients", paramLabel = "WHO",
+        description = "who sees the list of clients in the status export: anyone, authenticated (a TLS identity), "
+            + "or administrator identities separated by ';'. Others see the server's own figures, which pool "
+            + "clients need (default: authenticated)")
+    String statusClients = "authenticated";
+
     @Option(names = "--stats-interval", paramLabel = "SECONDS", defaultValue = "0",
         description = "every N seconds, log memory in use, clients, throughput and latency; 0 = off")
     int statsInterval;
@@ -81,7 +123,15 @@ public final class MemServerCommand implements Callable<Integer> {
         PrintStream err = System.err;
         MemServer.Config config;
         List<SocketAddress> addresses = new ArrayList<>();
+        TlsChoice tlsChoice;
+        MemServerAccess access;
         try {
+            tlsChoice = new TlsChoice(ServerTls.parseMode(tls), tlsCertificates, tlsPsk, tlsVerifyPeer);
+            tlsChoice.check();
+            access = new MemServerAccess(AllowList.parse(allow), MemServerAccess.StatusClients.parse(statusClients));
+            if (tlsChoice.mode() == ServerTls.Mode.OFF && access.allow().namesIdentities()) {
+                throw new IllegalArgumentException("--allow " + access.allow() + " names TLS identities, and TLS is off: add --tls require");
+            }
             long ram = ExportSpec.parseSize(memory);
             if (ram < (1 << 20)) throw new IllegalArgumentException("--memory must be at least 1M, not " + memory);
             long spill = spillSize == null ? 0 : ExportSpec.parseSize(spillSize);
@@ -102,7 +152,24 @@ public final class MemServerCommand implements Callable<Integer> {
             err.println("jnbd memserver: --busy-poll must be between 0 and 10000 microseconds, not " + busyPollMicros);
             return 2;
         }
-        MemServer server = MemServer.start(config, ServerConfig.defaults().withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L)));
+        ServerTls serverTls;
+        try {
+            serverTls = tlsChoice.load();
+        } catch (TlsConfigException e) {
+            err.println("jnbd memserver: " + e.getMessage());
+            return 2;
+        }
+        MemServer server = MemServer.start(config, ServerConfig.defaults().withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L)),
+            serverTls, access);
+        boolean remote = addresses.stream().anyMatch(a -> a instanceof InetSocketAddress i
+            && (i.getAddress() == null || !i.getAddress().isLoopbackAddress()));
+        if (serverTls.mode() == ServerTls.Mode.OFF && remote) {
+            log.warn("TLS is off: anyone who can reach this server's port is trusted; a space is protected only by its "
+                + "name, which is never shown (docs/security.md)");
+        } else if (serverTls.mode() != ServerTls.Mode.OFF) {
+            log.info("TLS {}: {}; status lists the clients to: {}", serverTls.mode() == ServerTls.Mode.REQUIRE ? "required" : "offered",
+                serverTls.context().describe(), access.statusClients());
+        }
         installSignalHandlers(server);
         List<String> bound = new ArrayList<>();
         for (SocketAddress a : addresses) {

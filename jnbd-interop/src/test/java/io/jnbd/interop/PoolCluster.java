@@ -41,6 +41,10 @@ final class PoolCluster implements AutoCloseable {
     private static final Duration START_TIMEOUT = Duration.ofSeconds(90);
 
     private final Path dir;
+    /** The memory servers' options: MEMSERVER_ARGS, and what {@link #withMemserverArgs} adds. */
+    private final List<String> memserverArgs = new ArrayList<>(MEMSERVER_ARGS);
+    /** On loopback, where every client is trusted, the status lists the clients (by instance fingerprint) to anyone. */
+    private String statusClients = "anyone";
     private final JnbdServer[] memservers = new JnbdServer[SERVERS];
     /** Every process ever started, restarted memory servers too: close() ends them all. */
     private final List<JnbdServer> started = new CopyOnWriteArrayList<>();
@@ -48,6 +52,24 @@ final class PoolCluster implements AutoCloseable {
 
     PoolCluster(Path dir) {
         this.dir = dir;
+    }
+
+    /** Adds options to every memory server this cluster starts (TLS, say); before {@link #start}. */
+    PoolCluster withMemserverArgs(String... args) {
+        memserverArgs.addAll(List.of(args));
+        return this;
+    }
+
+    /** Who the memory servers list their clients to (--status-clients); before {@link #start}. */
+    PoolCluster withStatusClients(String who) {
+        statusClients = who;
+        return this;
+    }
+
+    private String[] memserverCommandLine() {
+        List<String> args = new ArrayList<>(memserverArgs);
+        args.addAll(List.of("--status-clients", statusClients));
+        return args.toArray(String[]::new);
     }
 
     /**
@@ -61,7 +83,7 @@ final class PoolCluster implements AutoCloseable {
             for (int i = 0; i < SERVERS; i++) {
                 Path work = dir.resolve("memserver-" + i);
                 starting.add(starter.submit(() -> {
-                    JnbdServer m = JnbdServer.memserver(work, MEMSERVER_ARGS.toArray(String[]::new));
+                    JnbdServer m = JnbdServer.memserver(work, memserverCommandLine());
                     started.add(m);
                     return m;
                 }));
@@ -119,7 +141,7 @@ final class PoolCluster implements AutoCloseable {
     JnbdServer restart(int i) throws IOException, InterruptedException {
         JnbdServer old = memservers[i];
         assertThat(old.process().isAlive()).as("memory server %d still runs", i).isFalse();
-        JnbdServer fresh = JnbdServer.memserverOn(old.workDir(), old.port(), MEMSERVER_ARGS.toArray(String[]::new));
+        JnbdServer fresh = JnbdServer.memserverOn(old.workDir(), old.port(), memserverCommandLine());
         started.add(fresh);
         memservers[i] = fresh;
         return fresh;
@@ -178,7 +200,7 @@ final class PoolCluster implements AutoCloseable {
 
     // ---- a memory server's state ----
 
-    record ClientView(long client, String instance, long connections, long bytes, double graceLeftSeconds) {}
+    record ClientView(long client, String instanceFingerprint, long connections, long bytes, double graceLeftSeconds) {}
 
     record MemView(String json, String incarnation, long ramUsed, long free, List<ClientView> clients) {
         /** Bytes stored by every client together. */
@@ -193,7 +215,7 @@ final class PoolCluster implements AutoCloseable {
         List<ClientView> clients = new ArrayList<>();
         for (Object o : (List<?>) m.get("clients")) {
             Map<?, ?> c = (Map<?, ?>) o;
-            clients.add(new ClientView(((Number) c.get("client")).longValue(), (String) c.get("instance"),
+            clients.add(new ClientView(((Number) c.get("client")).longValue(), (String) c.get("instance_fingerprint"),
                 ((Number) c.get("connections")).longValue(), ((Number) c.get("bytes")).longValue(),
                 ((Number) c.get("grace_left_seconds")).doubleValue()));
         }
@@ -250,8 +272,8 @@ final class PoolCluster implements AutoCloseable {
         try (RawNbdClient c = RawNbdClient.open(serve.port(), EXPORT)) {
             for (long at = offset; at < offset + length; at += MiB) {
                 int n = (int) Math.min(MiB, offset + length - at);
-                assertThat(c.write(at, pattern(seed, at, n))).as("NBD error of the WRITE of %d bytes at %d to the pool", n, at)
-                    .isZero();
+                int error = c.write(at, pattern(seed, at, n));
+                if (error != 0) fail("NBD error %d of the WRITE of %d bytes at %d to the pool%n%s", error, n, at, logs());
             }
             c.disconnect();
         }

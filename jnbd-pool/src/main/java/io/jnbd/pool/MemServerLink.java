@@ -6,6 +6,7 @@ import io.jnbd.client.NbdUri;
 import io.jnbd.pool.memserver.MemServerStatus;
 import io.jnbd.pool.memserver.ServerDescription;
 import io.jnbd.pool.memserver.SpaceName;
+import io.jnbd.tls.TlsClientSettings;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.URI;
@@ -33,6 +34,13 @@ final class MemServerLink {
     private static final Logger log = LoggerFactory.getLogger(MemServerLink.class);
     private static final Duration POLL = Duration.ofSeconds(1);
     private static final long MAX_BACKOFF_MILLIS = 5000;
+    /**
+     * What a link's connect may take beyond the server timeout: the first handshake of a process loads the NBD
+     * client's and server's code on both ends, and under TLS initialises the TLS engine too, seconds on a busy
+     * machine; a pool must not give up on every memory server at start for it. Requests keep the server timeout.
+     */
+    private static final Duration CONNECT_ALLOWANCE = Duration.ofSeconds(2);
+    private static final Duration TLS_HANDSHAKE_ALLOWANCE = Duration.ofSeconds(10);
 
     /** One stretch of being connected. {@code generation} numbers them; {@code incarnation} is the server's. */
     record Session(int generation, long incarnation, NbdClient data, NbdClient status) {}
@@ -55,6 +63,8 @@ final class MemServerLink {
     private final Duration timeout;
     private final int extentSize;
     private final Listener listener;
+    /** TLS on both connections; null: plain text. */
+    private final TlsClientSettings tls;
     /**
      * The current session, null while the server is down; read without a lock by every request. Three moves,
      * each made in one place: null to a session only in {@link #connect}, under this link's monitor, which keeps
@@ -87,6 +97,11 @@ final class MemServerLink {
     private Thread supervisor;
 
     MemServerLink(String name, Identity identity, Duration timeout, int extentSize, Listener listener) {
+        this(name, identity, timeout, extentSize, listener, null);
+    }
+
+    MemServerLink(String name, Identity identity, Duration timeout, int extentSize, Listener listener, TlsClientSettings tls) {
+        this.tls = tls;
         this.name = name;
         this.address = parse(name);
         this.identity = identity;
@@ -187,8 +202,8 @@ final class MemServerLink {
                     listener.up(this);
                     continue;
                 } catch (IOException | RuntimeException e) {
-                    lastError = e.getMessage();
-                    log.debug("memory server {}: cannot connect: {}", name, e.getMessage());
+                    lastError = SpaceName.redact(e.getMessage());
+                    log.debug("memory server {}: cannot connect: {}", name, lastError);
                     sleep(backoff);
                     backoff = Math.min(MAX_BACKOFF_MILLIS, backoff * 2);
                     continue;
@@ -205,9 +220,16 @@ final class MemServerLink {
         if (resolved.isUnresolved()) throw new IOException("cannot resolve " + address.getHostString());
         // The session number lets the server refuse writes still queued from an earlier session of ours.
         SpaceName space = identity.space().withSession(nextGeneration);
-        ClientOptions options = ClientOptions.defaults().withConnectTimeout(timeout).withRequestTimeout(timeout)
-            .withConnections(2);
-        NbdClient data = NbdClient.connect(uri(resolved, space.exportName()), options);
+        Duration connectTimeout = timeout.plus(tls == null ? CONNECT_ALLOWANCE : TLS_HANDSHAKE_ALLOWANCE);
+        ClientOptions options = ClientOptions.defaults().withConnectTimeout(connectTimeout).withRequestTimeout(timeout)
+            .withConnections(2).withTls(tls);
+        NbdClient data;
+        try {
+            data = NbdClient.connect(uri(resolved, space.exportName()), options);
+        } catch (IOException e) {
+            // The space's name holds the instance, the key to the space without TLS: it must not reach a log or status.
+            throw new IOException(SpaceName.redact(e.getMessage()), e.getCause());
+        }
         NbdClient status = null;
         try {
             ServerDescription desc = ServerDescription.parse(data.info().description());
@@ -218,8 +240,8 @@ final class MemServerLink {
                 if (lastIncarnation != 0) log.info("memory server {} restarted (incarnation {}): it is empty", name, Long.toHexString(desc.incarnation()));
                 extentsHeld.clear(); // a new incarnation holds nothing of ours
             }
-            status = NbdClient.connect(uri(resolved, "status"), ClientOptions.defaults().withConnectTimeout(timeout)
-                .withRequestTimeout(timeout));
+            status = NbdClient.connect(uri(resolved, "status"), ClientOptions.defaults().withConnectTimeout(connectTimeout)
+                .withRequestTimeout(timeout).withTls(tls));
             lastIncarnation = desc.incarnation();
             free = desc.free();
             lastError = null;

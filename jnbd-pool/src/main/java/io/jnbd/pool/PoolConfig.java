@@ -1,5 +1,6 @@
 package io.jnbd.pool;
 
+import io.jnbd.tls.TlsClientSettings;
 import java.time.Duration;
 import java.util.List;
 
@@ -17,9 +18,11 @@ import java.util.List;
  * @param candidates     servers drawn at random for each placement, of which the least loaded wins (d)
  * @param cacheSize      bytes of the client-side page cache (NMS: the client's LRU); 0, the default, for none
  * @param readahead      bytes a sequential reader has fetched ahead into the cache (NMS prepaging); needs a cache
+ * @param tls            TLS on every link to a memory server (its server name is each server's host); null: plain text
  */
 public record PoolConfig(List<String> servers, long size, int replicas, int extentSize, int client, int unit,
-                         Duration serverTimeout, long recoveryRate, int candidates, long cacheSize, long readahead) {
+                         Duration serverTimeout, long recoveryRate, int candidates, long cacheSize, long readahead,
+                         TlsClientSettings tls) {
 
     public static final int DEFAULT_EXTENT = 4 << 20;
     public static final Duration DEFAULT_SERVER_TIMEOUT = Duration.ofSeconds(3);
@@ -48,33 +51,44 @@ public record PoolConfig(List<String> servers, long size, int replicas, int exte
         }
     }
 
+    /** Links in plain text. */
+    public PoolConfig(List<String> servers, long size, int replicas, int extentSize, int client, int unit,
+                      Duration serverTimeout, long recoveryRate, int candidates, long cacheSize, long readahead) {
+        this(servers, size, replicas, extentSize, client, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead, null);
+    }
+
     public static PoolConfig of(List<String> servers, long size, int replicas) {
         return new PoolConfig(servers, size, replicas, DEFAULT_EXTENT, 0, 0, DEFAULT_SERVER_TIMEOUT, DEFAULT_RECOVERY_RATE, 2, 0, 0);
     }
 
     public PoolConfig withExtentSize(int bytes) {
-        return new PoolConfig(servers, size, replicas, bytes, client, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead);
+        return new PoolConfig(servers, size, replicas, bytes, client, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead, tls);
     }
 
     public PoolConfig withClient(int id) {
-        return new PoolConfig(servers, size, replicas, extentSize, id, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead);
+        return new PoolConfig(servers, size, replicas, extentSize, id, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead, tls);
     }
 
     public PoolConfig withUnit(int u) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, u, serverTimeout, recoveryRate, candidates, cacheSize, readahead);
+        return new PoolConfig(servers, size, replicas, extentSize, client, u, serverTimeout, recoveryRate, candidates, cacheSize, readahead, tls);
     }
 
     public PoolConfig withServerTimeout(Duration d) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, unit, d, recoveryRate, candidates, cacheSize, readahead);
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, d, recoveryRate, candidates, cacheSize, readahead, tls);
     }
 
     public PoolConfig withRecoveryRate(long bytesPerSecond) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, bytesPerSecond, candidates, cacheSize, readahead);
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, bytesPerSecond, candidates, cacheSize, readahead, tls);
     }
 
     /** A page cache of {@code bytes}, of which a sequential reader prefetches {@code ahead}. */
     public PoolConfig withCache(long bytes, long ahead) {
-        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, recoveryRate, candidates, bytes, ahead);
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, recoveryRate, candidates, bytes, ahead, tls);
+    }
+
+    /** Links over TLS with {@code settings}; null for plain text. */
+    public PoolConfig withTls(TlsClientSettings settings) {
+        return new PoolConfig(servers, size, replicas, extentSize, client, unit, serverTimeout, recoveryRate, candidates, cacheSize, readahead, settings);
     }
 
     public int extentCount() {

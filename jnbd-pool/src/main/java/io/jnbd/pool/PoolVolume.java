@@ -56,7 +56,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         this.extents = new AtomicReferenceArray<>(config.extentCount());
         for (int i = 0; i < placing.length; i++) placing[i] = new Object();
         for (String s : config.servers()) {
-            links.add(new MemServerLink(s, this::space, config.serverTimeout(), config.extentSize(), this));
+            links.add(new MemServerLink(s, this::space, config.serverTimeout(), config.extentSize(), this, config.tls()));
         }
         this.placement = new Placement(links, config.candidates(), config.extentSize());
         this.recovery = new Recovery(this, config.recoveryRate());

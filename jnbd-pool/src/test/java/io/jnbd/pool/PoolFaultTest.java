@@ -26,11 +26,15 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(180)
 class PoolFaultTest {
-    static final Duration TIMEOUT = Duration.ofSeconds(1);
     static final int EXTENT = 256 << 10;
 
     static PoolConfig config(TestCluster c, long size, int replicas) throws Exception {
-        return new PoolConfig(c.addresses(), size, replicas, EXTENT, 0, 0, TIMEOUT, 0, 2, 0, 0);
+        return new PoolConfig(c.addresses(), size, replicas, EXTENT, 0, 0, c.serverTimeout(), 0, 2, 0, 0).withTls(c.clientTls());
+    }
+
+    /** The memory servers of each test: in plain text here, over TLS in {@link PoolFaultTlsTest}. */
+    TestCluster cluster(int n, MemServer.Config config) throws Exception {
+        return new TestCluster(n, config);
     }
 
     static byte[] pattern(long seed, int n) {
@@ -89,7 +93,7 @@ class PoolFaultTest {
 
     @Test
     void aServerKilledUnderLoadCostsNoErrorAndEveryExtentGetsItsCopiesBack() throws Exception {
-        try (TestCluster c = new TestCluster(3, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 16L << 20, 2))) {
+        try (TestCluster c = cluster(3, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 16L << 20, 2))) {
             v.write(0, ByteBuffer.wrap(pattern(1, 16 << 20))).join();
             Load load = new Load(v, 16L << 20);
             Thread.sleep(300);
@@ -103,17 +107,18 @@ class PoolFaultTest {
 
     @Test
     void aHungServerStallsRequestsForAboutTheServerTimeoutAndIsReplaced() throws Exception {
-        try (TestCluster c = new TestCluster(3, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 16L << 20, 2))) {
+        try (TestCluster c = cluster(3, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 16L << 20, 2))) {
             v.write(0, ByteBuffer.wrap(pattern(2, 16 << 20))).join();
             Load load = new Load(v, 16L << 20);
             Thread.sleep(300);
             c.hang(0, true);
-            Thread.sleep(3 * TIMEOUT.toMillis());
+            Duration timeout = c.serverTimeout();
+            Thread.sleep(3 * timeout.toMillis());
             load.finish();
             System.out.printf("slowest request beside a hung server: %d ms (server timeout %d ms)%n",
-                load.slowestNanos.get() / 1_000_000, TIMEOUT.toMillis());
+                load.slowestNanos.get() / 1_000_000, timeout.toMillis());
             // A bound that tells a stall from a hang, not a performance figure.
-            assertThat(Duration.ofNanos(load.slowestNanos.get())).isLessThan(TIMEOUT.multipliedBy(4));
+            assertThat(Duration.ofNanos(load.slowestNanos.get())).isLessThan(timeout.multipliedBy(4));
             awaitCopies(v);
             c.hang(0, false);
         }
@@ -121,7 +126,7 @@ class PoolFaultTest {
 
     @Test
     void anUnreachableServerIsLikeADeadOne() throws Exception {
-        try (TestCluster c = new TestCluster(3, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 16L << 20, 2))) {
+        try (TestCluster c = cluster(3, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 16L << 20, 2))) {
             v.write(0, ByteBuffer.wrap(pattern(3, 16 << 20))).join();
             Load load = new Load(v, 16L << 20);
             c.proxies.get(2).refuse(true);
@@ -134,7 +139,7 @@ class PoolFaultTest {
 
     @Test
     void anExtentWithEveryReplicaLostFailsWithEioAndTheRestWorks() throws Exception {
-        try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 8L << 20, 2))) {
+        try (TestCluster c = cluster(2, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 8L << 20, 2))) {
             byte[] data = pattern(4, 8 << 20);
             v.write(0, ByteBuffer.wrap(data)).join();
             c.kill(0);
@@ -161,7 +166,7 @@ class PoolFaultTest {
     @Test
     void aFullPoolAnswersEnospcAndLeavesNothingBehind() throws Exception {
         // Two servers of 1 MiB each, two copies: four extents fit.
-        try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(1L << 20)); PoolVolume v = PoolVolume.open(config(c, 8L << 20, 2))) {
+        try (TestCluster c = cluster(2, MemServer.Config.ofMemory(1L << 20)); PoolVolume v = PoolVolume.open(config(c, 8L << 20, 2))) {
             v.write(0, ByteBuffer.wrap(pattern(6, 4 * EXTENT))).join();
             assertThatThrownBy(() -> v.write(4L * EXTENT, ByteBuffer.wrap(pattern(7, 4096))).get(30, TimeUnit.SECONDS))
                 .cause().isInstanceOfSatisfying(PoolException.class, e -> assertThat(e.error()).isEqualTo(Nbd.ENOSPC));
@@ -184,7 +189,7 @@ class PoolFaultTest {
      */
     @Test
     void aRefusedDiscardEndsTheSessionAndItsCopyIsTrimmedOnReconnect() throws Exception {
-        try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 4L << 20, 2))) {
+        try (TestCluster c = cluster(2, MemServer.Config.ofMemory(64L << 20)); PoolVolume v = PoolVolume.open(config(c, 4L << 20, 2))) {
             v.write(0, ByteBuffer.wrap(pattern(9, EXTENT))).join();
             assertThat(c.servers.get(0).store().ramUsedBytes()).isEqualTo(EXTENT);
             MemServerLink link = v.links().getFirst();
@@ -194,7 +199,7 @@ class PoolFaultTest {
             String next = v.space().withSession(before.generation() + 1).exportName();
             try (io.jnbd.client.NbdClient refuser = io.jnbd.client.NbdClient.connect(
                     io.jnbd.client.NbdUri.parse("nbd://" + c.addresses().getFirst() + "/" + next),
-                    io.jnbd.client.ClientOptions.defaults())) {
+                    io.jnbd.client.ClientOptions.defaults().withTls(c.clientTls()))) {
                 v.trim(0, EXTENT).join(); // the extent is retired: both copies are discarded, server 0 refuses
                 long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
                 while ((c.servers.get(0).store().ramUsedBytes() > 0 || link.session() == null) && System.nanoTime() < deadline) {
@@ -213,7 +218,7 @@ class PoolFaultTest {
     @Test
     void aServerRestartedAtTheSameAddressIsNeverReadAsItsEarlierSelf() throws Exception {
         // Recovery throttled to a byte a second: no copy onto the restarted server can finish in this test.
-        try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(64L << 20));
+        try (TestCluster c = cluster(2, MemServer.Config.ofMemory(64L << 20));
              PoolVolume v = PoolVolume.open(config(c, 4L << 20, 2).withRecoveryRate(1))) {
             v.write(0, ByteBuffer.wrap(pattern(8, 4 << 20))).join();
             c.kill(0);

@@ -144,13 +144,13 @@ final class Connection implements Runnable {
                 log.debug("{}: handshake ended without an export", peer);
                 return;
             }
-            stats = new ConnectionStats(server.stats().export(session.export().name()));
+            stats = new ConnectionStats(server.stats().export(server.exports().shown(session.export().name())));
             transport = handshake.transport();
             sizeSendQueue();
             transmitting = true;
             handshakeOver();
             server.exports().attached(session.export(), peer);
-            log.info("{}: connected to export '{}' ({}structured replies{}, flags {}{})", peer, session.export().name(),
+            log.info("{}: connected to export '{}' ({}structured replies{}, flags {}{})", peer, server.exports().shown(session.export().name()),
                 session.structuredReplies() ? "" : "no ", session.blockStatusAllowed() ? ", base:allocation" : "",
                 String.join(",", Nbd.transmissionFlagNames(session.transmissionFlags())), describeTls(transport));
             end = transmission(session);
@@ -179,7 +179,7 @@ final class Connection implements Runnable {
             if (i != null) i.release();
             handshake.transport().close(); // under TLS, sends close_notify first
             server.connectionClosed(this);
-            if (session != null) log.info("{}: disconnected from '{}' ({}): {}", peer, session.export().name(), end, stats);
+            if (session != null) log.info("{}: disconnected from '{}' ({}): {}", peer, server.exports().shown(session.export().name()), end, stats);
             else if (refused != null) log.debug("{}: refused ({}): {}", peer, refused.message(), end);
             else if (tlsFailed) log.warn("{}: {}", peer, end);
             else log.info("{}: {} during handshake", peer, end);

@@ -12,6 +12,14 @@ public interface ExportRegistry {
     /** The export called {@code name} (the empty name: the default one), or null if there is none. */
     Export find(String name) throws Refused;
 
+    /**
+     * {@code name} as log lines and error messages show it. A registry whose names carry a secret (a memory
+     * server's space names hold the pool client's instance) shows them without it.
+     */
+    default String shown(String name) {
+        return name;
+    }
+
     /** What {@code NBD_OPT_LIST} shows. */
     Collection<Export> listed();
 

@@ -142,10 +142,10 @@ final class Handshake {
                 try {
                     export = find(option, name);
                 } catch (ExportRegistry.Refused e) {
-                    throw new ProtocolException("export '" + name + "' refused: " + e.getMessage());
+                    throw new ProtocolException("export '" + exports.shown(name) + "' refused: " + e.getMessage());
                 }
                 // EXPORT_NAME cannot carry an error: the spec says to drop the connection.
-                if (export == null) throw new ProtocolException("unknown export '" + name + "'");
+                if (export == null) throw new ProtocolException("unknown export '" + exports.shown(name) + "'");
                 Session session = session(export, false);
                 ByteBuffer out = ByteBuffer.allocate(noZeroes ? 10 : 134);
                 out.putLong(export.backend().size()).putShort((short) session.transmissionFlags());
@@ -319,7 +319,7 @@ final class Handshake {
         try {
             return exports.find(name, client);
         } catch (ExportRegistry.Refused e) {
-            log.info("{}: NBD_OPT_{} '{}' refused: {} ({})", peer, Nbd.optionName(option), name, e.getMessage(), client.describe());
+            log.info("{}: NBD_OPT_{} '{}' refused: {} ({})", peer, Nbd.optionName(option), exports.shown(name), e.getMessage(), client.describe());
             throw e;
         }
     }

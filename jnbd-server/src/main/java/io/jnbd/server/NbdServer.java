@@ -69,7 +69,7 @@ public final class NbdServer implements AutoCloseable {
     /** A server that offers TLS as {@code tls} says (see {@link ServerTls}). */
     public NbdServer(ExportRegistry exports, ServerConfig config, ServerTls tls) {
         this.exports = exports;
-        exports.whenGone(stats::forget);
+        exports.whenGone(name -> stats.forget(exports.shown(name)));
         this.config = config;
         this.tls = tls;
         this.buffers = new BufferPool(Math.max(config.bufferBudget(), 64L << 20), 64L << 20);

@@ -2,11 +2,13 @@ package io.jnbd.pool.memserver;
 
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
+import io.jnbd.server.ServerTls;
 import java.io.IOException;
 import java.net.SocketAddress;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -65,24 +67,32 @@ public final class MemServer implements AutoCloseable {
     private final ScheduledExecutorService timers;
     private final java.util.concurrent.CountDownLatch stopped = new java.util.concurrent.CountDownLatch(1);
 
-    private MemServer(Config config, ServerConfig serverConfig) throws IOException {
+    private MemServer(Config config, ServerConfig serverConfig, ServerTls tls, MemServerAccess access) throws IOException {
         long drawn;
         do drawn = new SecureRandom().nextLong(); while (drawn == 0 || drawn == -1);
         this.incarnation = drawn;
         this.store = new PageStore(config.memory(), config.spillDir(), config.spillSize(), config.clientQuota());
         this.timers = Executors.newSingleThreadScheduledExecutor(Thread.ofPlatform().name("jnbd-memserver").daemon().factory());
-        this.registry = new SpaceRegistry(store, config.grace(), timers, () -> description().text(), this::status);
-        this.server = new NbdServer(registry, serverConfig);
+        this.registry = new SpaceRegistry(store, config.grace(), timers, () -> description().text(), this::status, access);
+        this.server = new NbdServer(registry, serverConfig, tls);
         // The first rendering loads and links the JSON library (about a second on a busy two-core machine):
         // done here, it cannot make the first status poll of a pool client time out.
         status().toJson();
+        // Likewise the first SHA-256 (fingerprints in every handshake's log line) loads the security providers.
+        SpaceName.fingerprint(incarnation);
         log.info("memory server incarnation {}: {} bytes of RAM{}, grace {}s", Long.toHexString(incarnation), config.memory(),
             config.spillDir() == null ? "" : ", " + config.spillSize() + " bytes of spill in " + config.spillDir(),
             config.grace().toSeconds());
     }
 
+    /** A memory server in plain text that shows its clients to anyone: for loopback and trusted networks. */
     public static MemServer start(Config config, ServerConfig serverConfig) throws IOException {
-        return new MemServer(config, serverConfig);
+        return new MemServer(config, serverConfig, ServerTls.OFF, MemServerAccess.OPEN);
+    }
+
+    /** A memory server with TLS as {@code tls} says, admitting clients and showing them as {@code access} says. */
+    public static MemServer start(Config config, ServerConfig serverConfig, ServerTls tls, MemServerAccess access) throws IOException {
+        return new MemServer(config, serverConfig, tls, access);
     }
 
     public SocketAddress listen(SocketAddress address) throws IOException {
@@ -106,7 +116,12 @@ public final class MemServer implements AutoCloseable {
     }
 
     public MemServerStatus status() {
-        var clients = registry.clients(STATUS_CLIENTS);
+        return status(true);
+    }
+
+    /** The status, listing each client only when {@code withClients}; otherwise they are only counted. */
+    MemServerStatus status(boolean withClients) {
+        var clients = withClients ? registry.clients(STATUS_CLIENTS) : List.<MemServerStatus.Client>of();
         return new MemServerStatus("jnbd memory server", Long.toHexString(incarnation),
             TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - startNanos), store.ramBytes(), store.ramUsedBytes(),
             store.spillBytes(), store.spillUsedBytes(), store.freeBytes(), clients,

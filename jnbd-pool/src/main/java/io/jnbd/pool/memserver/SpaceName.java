@@ -49,6 +49,50 @@ public record SpaceName(int client, int unit, long instance, int session) {
         return session == 0 ? name : name + "/" + session;
     }
 
+    /**
+     * The name as logs and status show it: the instance, which is the key to the space where there is no TLS
+     * identity, replaced by its {@link #fingerprint}.
+     */
+    public String shown() {
+        String name = PREFIX + client + "/" + unit + "/~" + fingerprint(instance);
+        return session == 0 ? name : name + "/" + session;
+    }
+
+    /**
+     * A short fingerprint of an instance, to tell instances apart in logs and status documents: six hex digits of
+     * its SHA-256. It gives away 24 of the instance's 64 bits, which leaves 2^40 names to try one connection at a
+     * time, each refused and logged.
+     */
+    public static String fingerprint(long instance) {
+        try {
+            byte[] digest = java.security.MessageDigest.getInstance("SHA-256")
+                .digest(java.nio.ByteBuffer.allocate(Long.BYTES).putLong(instance).array());
+            return HexFormat.of().formatHex(digest, 0, 3);
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new AssertionError("every JDK has SHA-256", e);
+        }
+    }
+
+    /** {@code text} with every space name in it {@link #shown} without its instance: for messages that may be logged or shown. */
+    public static String redact(String text) {
+        if (text == null) return null;
+        var m = IN_TEXT.matcher(text);
+        StringBuilder out = new StringBuilder();
+        while (m.find()) {
+            SpaceName s = parse(m.group());
+            m.appendReplacement(out, java.util.regex.Matcher.quoteReplacement(s == null ? "pool/?" : s.shown()));
+        }
+        return m.appendTail(out).toString();
+    }
+
+    private static final java.util.regex.Pattern IN_TEXT = java.util.regex.Pattern.compile("pool/[0-9]+/[0-9]+/[0-9a-f]{16}(?:/[0-9]+)?");
+
+    /** Without the instance, as {@link #shown}: a name printed by mistake must not give the key away. */
+    @Override
+    public String toString() {
+        return shown();
+    }
+
     public SpaceName withSession(int s) {
         return new SpaceName(client, unit, instance, s);
     }
