@@ -86,6 +86,11 @@ public final class MemServerCommand implements Callable<Integer> {
             + "0 never polls (default ${DEFAULT-VALUE}, as for serve)")
     int busyPollMicros;
 
+    @Option(names = "--receive-timeout", paramLabel = "SECONDS", defaultValue = "30",
+        description = "as for serve: a client that sent part of a request (a header, a write payload) and then "
+            + "nothing for this long is dropped (default ${DEFAULT-VALUE})")
+    int receiveTimeout;
+
     @Option(names = "--tls", paramLabel = "off|on|require", defaultValue = "off",
         description = "as for serve: off refuses STARTTLS; on offers TLS; require refuses every option before "
             + "STARTTLS (default ${DEFAULT-VALUE})")
@@ -159,8 +164,12 @@ public final class MemServerCommand implements Callable<Integer> {
             err.println("jnbd memserver: " + e.getMessage());
             return 2;
         }
-        MemServer server = MemServer.start(config, ServerConfig.defaults().withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L)),
-            serverTls, access);
+        if (receiveTimeout < 1) {
+            err.println("jnbd memserver: --receive-timeout must be at least 1 second");
+            return 2;
+        }
+        MemServer server = MemServer.start(config, ServerConfig.defaults().withBusyPoll(Duration.ofNanos(busyPollMicros * 1000L))
+            .withReceiveTimeout(Duration.ofSeconds(receiveTimeout)), serverTls, access);
         boolean remote = addresses.stream().anyMatch(a -> a instanceof InetSocketAddress i
             && (i.getAddress() == null || !i.getAddress().isLoopbackAddress()));
         if (serverTls.mode() == ServerTls.Mode.OFF && remote) {
