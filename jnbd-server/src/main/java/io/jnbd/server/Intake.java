@@ -134,7 +134,10 @@ final class Intake {
      */
     void receivePayload(long length, int pieceSize, Leaser leaser, PieceSink sink)
             throws IOException, InterruptedException {
-        if (length < LARGE_PAYLOAD) {
+        // A small payload is read through the input buffer, unless its request announced a large one: then the
+        // input buffer takes one header at a time (headerOnly), and a split write's short first piece goes
+        // into a piece of its own like the rest.
+        if (length < LARGE_PAYLOAD && !headerOnly) {
             while (in.remaining() < length) readMorePayload();
             BufferPool.Lease lease = leaser.lease((int) length);
             lease.buffer().put(in.slice(in.position(), (int) length)).flip();

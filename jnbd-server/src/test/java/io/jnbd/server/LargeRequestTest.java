@@ -163,6 +163,29 @@ class LargeRequestTest {
         }
     }
 
+    /**
+     * Writes taken in pieces whose first piece is short, because the offset is not on a piece boundary: a direct
+     * write split as it arrives (512 KiB pieces, here a first one of 64 KiB) and a streamed one (4 MiB pieces, a
+     * first one of 4 KiB). A short first piece once waited forever for the input buffer, which takes only headers
+     * after a large write's header, spinning the connection's thread.
+     */
+    @Test
+    void writesWhoseFirstPieceIsShortArriveWhole() throws Exception {
+        try (Served s = serve(export(Kind.DIRECT, EXPORT_SIZE), false, ServerConfig.defaults())) {
+            try (RawClient agreed = RawClient.open(s.address(), "d", false, false)) {
+                writeStreamed(agreed, 448 << 10, 2 << 20, 7);
+                readSimpleAndCheck(agreed, 448 << 10, 2 << 20, 7);
+                agreed.disconnect();
+            }
+            try (RawClient c = unagreed(s, false)) {
+                writeStreamed(c, (4 << 20) - 4096, 40_000_000, 8);
+                readSimpleAndCheck(c, (4 << 20) - 4096, 40_000_000, 8);
+                c.disconnect();
+            }
+            awaitBuffersReturned(s.server());
+        }
+    }
+
     @Test
     void clientsThatAgreedBlockSizesStillGetEoverflowAboveTheMaximum() throws Exception {
         try (Served s = serve(export(Kind.MEMORY, EXPORT_SIZE), false, ServerConfig.defaults());
