@@ -1,0 +1,91 @@
+package io.jnbd.proxy;
+
+import io.jnbd.client.ClientOptions;
+import io.jnbd.client.NbdUri;
+import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.BackendFactory;
+import io.jnbd.server.backend.BackendOptions;
+import java.io.IOException;
+import java.time.Duration;
+import java.util.Locale;
+import java.util.Set;
+
+/**
+ * {@code nbd:URI[,connections=N][,timeout=DURATION]}: the export {@code URI} names on another NBD server, in any
+ * form jnbd's client takes ({@code nbd://}, {@code nbds://} with TLS, {@code nbd+unix://}; see {@link NbdUri}).
+ */
+public final class NbdBackendFactory implements BackendFactory {
+    static final int DEFAULT_CONNECTIONS = 4;
+    static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(30);
+
+    @Override public String kind() { return "nbd"; }
+
+    @Override public String usage() { return "nbd:URI[,connections=N][,timeout=DURATION]"; }
+
+    @Override public Set<String> options() { return Set.of("connections", "timeout"); }
+
+    /**
+     * A URI may hold a comma: a part without {@code =} that is no option continues it. A comma followed by a
+     * {@code key=value} is read as an option, so such a URI is given in a config file, or with {@code %2C}.
+     */
+    @Override
+    public boolean continuesTarget(String part) {
+        return !options().contains(part);
+    }
+
+    @Override
+    public void check(String target, BackendOptions options) {
+        uri(target);
+        clientOptions(options);
+    }
+
+    @Override
+    public Set<Backend.Trait> traits(String target, BackendOptions options) {
+        return Set.of(Backend.Trait.REMOTE, Backend.Trait.ASYNC);
+    }
+
+    @Override
+    public Backend open(String target, BackendOptions options, boolean readOnly) throws IOException {
+        NbdUri uri = uri(target);
+        try {
+            return new NbdBackend(Upstream.open(uri, clientOptions(options)), readOnly);
+        } catch (IOException e) {
+            throw new IOException("cannot reach upstream " + uri + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static NbdUri uri(String target) {
+        if (target.isEmpty()) throw new IllegalArgumentException("nbd: needs the upstream's URI, e.g. nbd:nbd://HOST:PORT/EXPORT");
+        return NbdUri.parse(target);
+    }
+
+    /**
+     * The timeout bounds each request and each attempt to connect: an upstream that stops answering fails the
+     * requests it holds with EIO after it, rather than leaving clients waiting.
+     */
+    static ClientOptions clientOptions(BackendOptions o) {
+        int connections = o.integer("connections", 1, 64, DEFAULT_CONNECTIONS);
+        Duration timeout = o.has("timeout") ? duration("timeout", o.string("timeout", null)) : DEFAULT_TIMEOUT;
+        return ClientOptions.defaults().withConnections(connections).withRequestTimeout(timeout).withConnectTimeout(timeout);
+    }
+
+    /** {@code 30}, {@code 30s}, {@code 500ms} or {@code 2m}; a bare number is seconds. */
+    static Duration duration(String key, String text) {
+        String t = text.strip().toLowerCase(Locale.ROOT);
+        int unit = t.length();
+        while (unit > 0 && !Character.isDigit(t.charAt(unit - 1))) unit--;
+        try {
+            long n = Long.parseLong(t.substring(0, unit));
+            Duration d = switch (t.substring(unit)) {
+                case "", "s" -> Duration.ofSeconds(n);
+                case "ms" -> Duration.ofMillis(n);
+                case "m", "min" -> Duration.ofMinutes(n);
+                default -> null;
+            };
+            if (d != null && d.toMillis() >= 1 && d.compareTo(Duration.ofHours(1)) <= 0) return d;
+        } catch (NumberFormatException e) {
+            // the message below says what is wanted
+        }
+        throw new IllegalArgumentException(key + " must be a duration from 1ms to 1h such as 30s or 500ms, not '" + text + "'");
+    }
+}
