@@ -52,6 +52,7 @@ import picocli.CommandLine.Spec;
         "  connections=N      connections to an upstream with multi-conn (default 4)",
         "  timeout=DURATION   an upstream request unanswered this long fails with",
         "                     EIO, and the next request connects again (default 30s)",
+        "  connect-timeout=DURATION  bound on each attempt to connect (default 10s)",
         "SIZE takes K, M, G, T suffixes (powers of 1024), e.g. 64M, 10G.",
         "",
         "TLS (NBD_OPT_STARTTLS, with nbdkit's options): --tls on offers it, --tls",

@@ -72,6 +72,11 @@ final class NbdBackend implements Backend {
         return upstream.connections();
     }
 
+    /** Whether the upstream is connected now: for tests. */
+    boolean upstreamConnected() {
+        return upstream.connected();
+    }
+
     @Override public long size() { return upstream.info().size(); }
     @Override public Set<Capability> capabilities() { return capabilities; }
     @Override public BlockSizes blockSizes() { return blockSizes; }

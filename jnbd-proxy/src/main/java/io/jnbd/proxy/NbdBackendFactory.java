@@ -11,18 +11,19 @@ import java.util.Locale;
 import java.util.Set;
 
 /**
- * {@code nbd:URI[,connections=N][,timeout=DURATION]}: the export {@code URI} names on another NBD server, in any
+ * {@code nbd:URI[,connections=N][,timeout=DURATION][,connect-timeout=DURATION]}: the export {@code URI} names on another NBD server, in any
  * form jnbd's client takes ({@code nbd://}, {@code nbds://} with TLS, {@code nbd+unix://}; see {@link NbdUri}).
  */
 public final class NbdBackendFactory implements BackendFactory {
     static final int DEFAULT_CONNECTIONS = 4;
     static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(30);
+    static final Duration DEFAULT_CONNECT_TIMEOUT = Duration.ofSeconds(10);
 
     @Override public String kind() { return "nbd"; }
 
-    @Override public String usage() { return "nbd:URI[,connections=N][,timeout=DURATION]"; }
+    @Override public String usage() { return "nbd:URI[,connections=N][,timeout=DURATION][,connect-timeout=DURATION]"; }
 
-    @Override public Set<String> options() { return Set.of("connections", "timeout"); }
+    @Override public Set<String> options() { return Set.of("connections", "timeout", "connect-timeout"); }
 
     /**
      * A URI may hold a comma: a part without {@code =} that is no option continues it. A comma followed by a
@@ -46,12 +47,7 @@ public final class NbdBackendFactory implements BackendFactory {
 
     @Override
     public Backend open(String target, BackendOptions options, boolean readOnly) throws IOException {
-        NbdUri uri = uri(target);
-        try {
-            return new NbdBackend(Upstream.open(uri, clientOptions(options)), readOnly);
-        } catch (IOException e) {
-            throw new IOException("cannot reach upstream " + uri + ": " + e.getMessage(), e);
-        }
+        return new NbdBackend(Upstream.open(uri(target), clientOptions(options)), readOnly);
     }
 
     private static NbdUri uri(String target) {
@@ -60,13 +56,19 @@ public final class NbdBackendFactory implements BackendFactory {
     }
 
     /**
-     * The timeout bounds each request and each attempt to connect: an upstream that stops answering fails the
-     * requests it holds with EIO after it, rather than leaving clients waiting.
+     * {@code timeout} bounds each request and {@code connect-timeout} each attempt to connect (and so how long
+     * requests wait for an upstream that is away): an upstream that stops answering fails them with EIO rather
+     * than leaving clients waiting.
      */
     static ClientOptions clientOptions(BackendOptions o) {
         int connections = o.integer("connections", 1, 64, DEFAULT_CONNECTIONS);
-        Duration timeout = o.has("timeout") ? duration("timeout", o.string("timeout", null)) : DEFAULT_TIMEOUT;
-        return ClientOptions.defaults().withConnections(connections).withRequestTimeout(timeout).withConnectTimeout(timeout);
+        return ClientOptions.defaults().withConnections(connections)
+            .withRequestTimeout(duration(o, "timeout", DEFAULT_TIMEOUT))
+            .withConnectTimeout(duration(o, "connect-timeout", DEFAULT_CONNECT_TIMEOUT));
+    }
+
+    private static Duration duration(BackendOptions o, String key, Duration fallback) {
+        return o.has(key) ? duration(key, o.string(key, null)) : fallback;
     }
 
     /** {@code 30}, {@code 30s}, {@code 500ms} or {@code 2m}; a bare number is seconds. */

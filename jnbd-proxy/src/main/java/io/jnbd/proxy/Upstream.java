@@ -59,10 +59,21 @@ final class Upstream implements AutoCloseable {
         return connections;
     }
 
+    /** Whether a request sent now would go on a live connection: for tests. */
+    synchronized boolean connected() {
+        CompletableFuture<NbdClient> c = current;
+        return c != null && c.isDone() && !c.isCompletedExceptionally() && c.join().connected();
+    }
+
     /** The client to send a request with: the connected one, or the attempt to connect again. */
     synchronized CompletableFuture<NbdClient> client() {
         if (closed) return CompletableFuture.failedFuture(new NbdErrorException(Nbd.ESHUTDOWN, "export is closing"));
         CompletableFuture<NbdClient> c = current;
+        if (c != null && c.isDone() && !c.isCompletedExceptionally() && !c.join().connected()) {
+            // Lost while idle (the upstream restarted between requests): no request need fail to find out.
+            drop(c.join(), "its connections were closed");
+            c = null;
+        }
         if (c == null || c.isCompletedExceptionally()) current = c = connect();
         return c;
     }
@@ -72,14 +83,16 @@ final class Upstream implements AutoCloseable {
      * protocol broken): it is dropped, and closed off the caller's thread since closing waits for the requests
      * still in flight. Later losses reported for a client already dropped change nothing.
      */
-    void lost(NbdClient client, Throwable why) {
-        synchronized (this) {
-            CompletableFuture<NbdClient> c = current;
-            if (c == null || !c.isDone() || c.isCompletedExceptionally() || c.join() != client) return;
-            current = null;
-            down = true;
-        }
-        log.warn("upstream {} lost ({}): its requests fail with EIO until it is back", uri, why.getMessage());
+    synchronized void lost(NbdClient client, Throwable why) {
+        CompletableFuture<NbdClient> c = current;
+        if (c == null || !c.isDone() || c.isCompletedExceptionally() || c.join() != client) return;
+        drop(client, why.getMessage());
+    }
+
+    private void drop(NbdClient client, String why) {
+        current = null;
+        down = true;
+        log.warn("upstream {} lost ({}): requests fail with EIO until it is back", uri, why);
         Thread.ofVirtual().name("nbd-upstream-close").start(client::close);
     }
 

@@ -34,6 +34,7 @@ import org.junit.jupiter.api.Timeout;
 class ProxyExportTest {
     private static final long SIZE = 64L << 20;
     private final List<NbdServer> servers = new ArrayList<>();
+    private final List<Export> exports = new ArrayList<>();
 
     @AfterEach
     void stop() {
@@ -44,9 +45,14 @@ class ProxyExportTest {
     InetSocketAddress serve(String... specs) throws IOException {
         List<Export> exports = new ArrayList<>();
         for (String s : specs) exports.add(ExportSpec.parse(s).openExport());
+        this.exports.addAll(exports);
         NbdServer server = new NbdServer(new Exports(exports, null), ServerConfig.defaults());
         servers.add(server);
         return (InetSocketAddress) server.listen(new InetSocketAddress("127.0.0.1", 0));
+    }
+
+    Export export(String name) {
+        return exports.stream().filter(e -> e.name().equals(name)).findFirst().orElseThrow();
     }
 
     static String uri(InetSocketAddress a, String export) {
@@ -168,11 +174,12 @@ class ProxyExportTest {
             .hasMessage("export 'p': timeout must be a duration from 1ms to 1h such as 30s or 500ms, not 'soon'");
         assertThatThrownBy(() -> ExportSpec.parse("p=nbd:nbd://127.0.0.1/x,size=1G"))
             .hasMessage("export 'p': unknown option 'size' for a nbd: export");
-        ExportSpec spec = ExportSpec.parse("p=nbd:nbd://127.0.0.1:1/x,timeout=500ms,readonly");
+        ExportSpec spec = ExportSpec.parse("p=nbd:nbd://127.0.0.1:1/x,timeout=500ms,connect-timeout=2m,readonly");
         assertThat(spec.readOnly()).isTrue();
         assertThat(NbdBackendFactory.clientOptions(spec.options()).requestTimeout()).isEqualTo(Duration.ofMillis(500));
+        assertThat(NbdBackendFactory.clientOptions(spec.options()).connectTimeout()).isEqualTo(Duration.ofMinutes(2));
         // Port 1 on loopback refuses: the export cannot be described, so it is not opened.
         assertThatThrownBy(spec::openExport).isInstanceOf(IOException.class)
-            .hasMessageStartingWith("cannot reach upstream nbd://127.0.0.1:1/x: ");
+            .hasMessageContaining("cannot connect to 127.0.0.1:1");
     }
 }

@@ -84,16 +84,32 @@ class ProxyFaultTest {
     }
 
     @Test
+    void anUpstreamRestartedBetweenRequestsServesTheNextRequest() throws Exception {
+        InetSocketAddress up = servers.serve("m=memory:16M");
+        relay = new CuttableProxy(up);
+        InetSocketAddress proxy = servers.serve("p=nbd:nbd://127.0.0.1:" + relay.port() + "/m");
+        try (NbdClient p = ProxyExportTest.client(proxy, "p")) {
+            p.blocking().write(0, ByteBuffer.wrap(pattern(1, 65536)), false);
+            relay.cut(); // the upstream's connections close while no request is out, and it is back at once
+            NbdBackend backend = (NbdBackend) servers.export("p").backend();
+            while (backend.upstreamConnected()) Thread.sleep(10); // until the proxy's client has seen the close
+            assertThat(read(p, 0, 65536)).as("the next request, not failed for a loss it did not see").isEqualTo(pattern(1, 65536));
+        }
+    }
+
+    @Test
     void aHungUpstreamFailsItsRequestsWithEioAfterTheTimeout() throws Exception {
         InetSocketAddress up = servers.serve("m=memory:16M");
         relay = new CuttableProxy(up);
-        InetSocketAddress proxy = servers.serve("p=nbd:nbd://127.0.0.1:" + relay.port() + "/m,timeout=1s", "local=memory:16M");
+        InetSocketAddress proxy = servers.serve("p=nbd:nbd://127.0.0.1:" + relay.port() + "/m,timeout=3s", "local=memory:16M");
         try (NbdClient p = ProxyExportTest.client(proxy, "p"); NbdClient local = ProxyExportTest.client(proxy, "local")) {
             p.blocking().write(0, ByteBuffer.wrap(pattern(1, 65536)), false);
 
             relay.hang(true);
+            CompletableFuture<Void> write = p.write(65536, ByteBuffer.wrap(pattern(2, 4096)), false);
             assertEio(() -> read(p, 0, 65536), "a read the upstream never answers");
-            assertEio(() -> p.blocking().write(65536, ByteBuffer.wrap(pattern(2, 4096)), false), "a write the upstream never answers");
+            assertThatThrownBy(write::join).as("a write the upstream never answers").isInstanceOf(CompletionException.class)
+                .cause().isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.EIO));
             assertOtherExportServed(local, 3);
 
             relay.hang(false);
