@@ -174,6 +174,9 @@ class ProxyExportTest {
             .hasMessage("export 'p': timeout must be a duration from 1ms to 1h such as 30s or 500ms, not 'soon'");
         assertThatThrownBy(() -> ExportSpec.parse("p=nbd:nbd://127.0.0.1/x,size=1G"))
             .hasMessage("export 'p': unknown option 'size' for a nbd: export");
+        // A part without '=' continues the URI; a comma before key=value is written %2C.
+        assertThat(ExportSpec.parse("p=nbd:nbd://127.0.0.1/a,b,timeout=5s").target()).isEqualTo("nbd://127.0.0.1/a,b");
+        assertThat(NbdUri.parse(ExportSpec.parse("p=nbd:nbd://127.0.0.1/a%2Cb=c,timeout=5s").target()).exportName()).isEqualTo("a,b=c");
         ExportSpec spec = ExportSpec.parse("p=nbd:nbd://127.0.0.1:1/x,timeout=500ms,connect-timeout=2m,readonly");
         assertThat(spec.readOnly()).isTrue();
         assertThat(NbdBackendFactory.clientOptions(spec.options()).requestTimeout()).isEqualTo(Duration.ofMillis(500));
