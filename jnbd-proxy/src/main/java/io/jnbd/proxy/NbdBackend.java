@@ -185,6 +185,8 @@ final class NbdBackend implements Backend {
     private NbdErrorException nbdError(NbdClient client, Throwable t) {
         if (t instanceof NbdErrorException e) return e;
         if (t instanceof io.jnbd.client.NbdErrorException e) return new NbdErrorException(e.error(), e.getMessage());
+        // The client's own checks: a request off the upstream's alignment, from a client that agreed no block sizes.
+        if (t instanceof IllegalArgumentException) return new NbdErrorException(Nbd.EINVAL, t.getMessage());
         if (t instanceof NbdConnectionException || t instanceof NbdTimeoutException || t instanceof NbdProtocolException) {
             upstream.lost(client, t);
         }
