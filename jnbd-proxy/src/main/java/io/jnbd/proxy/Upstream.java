@@ -25,8 +25,8 @@ final class Upstream implements AutoCloseable {
     /** What the first handshake reported: the export's size and capabilities were advertised from it. */
     private final ExportInfo info;
     private final int connections;
-    /** The connected client, or the attempt under way; null or failed: the next request tries again. */
-    private CompletableFuture<NbdClient> current;
+    /** The connected client, or the attempt under way; null or failed: the next request tries again. Written under the lock. */
+    private volatile CompletableFuture<NbdClient> current;
     private boolean closed;
     private boolean down;
 
@@ -66,7 +66,13 @@ final class Upstream implements AutoCloseable {
     }
 
     /** The client to send a request with: the connected one, or the attempt to connect again. */
-    synchronized CompletableFuture<NbdClient> client() {
+    CompletableFuture<NbdClient> client() {
+        CompletableFuture<NbdClient> c = current;
+        if (c != null && c.isDone() && !c.isCompletedExceptionally() && c.join().connected()) return c; // every request but after a loss
+        return clientAfterLoss();
+    }
+
+    private synchronized CompletableFuture<NbdClient> clientAfterLoss() {
         if (closed) return CompletableFuture.failedFuture(new NbdErrorException(Nbd.ESHUTDOWN, "export is closing"));
         CompletableFuture<NbdClient> c = current;
         if (c != null && c.isDone() && !c.isCompletedExceptionally() && !c.join().connected()) {
