@@ -15,7 +15,7 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * {@code nbd:} exports of bin/jnbd serve in front of other servers, nbdkit's memory plugin and qemu-nbd over a
  * Unix socket: qemu-io's patterns written through the proxy are read back through it and straight from the
- * upstream, and nbdcopy moves a file in and out through it unchanged.
+ * upstream, nbdcopy moves a file in and out through it unchanged, and fio's random mixed I/O at QD32 verifies.
  */
 @Timeout(300)
 class ProxyInteropTest {
@@ -28,7 +28,7 @@ class ProxyInteropTest {
     @Test
     void inFrontOfNbdkitMemory() throws Exception {
         Interop.requireEnabled();
-        Interop.requireCommands("nbdkit", "qemu-io", "nbdcopy");
+        Interop.requireCommands("nbdkit", "qemu-io", "nbdcopy", "fio");
         Path socket = dir.resolve("nbdkit.sock");
         try (Peer nbdkit = Peer.startUnix(socket, List.of("nbdkit", "--foreground", "--exit-with-parent",
             "--unix", socket.toString(), "memory", "64M"))) {
@@ -39,7 +39,7 @@ class ProxyInteropTest {
     @Test
     void inFrontOfQemuNbd() throws Exception {
         Interop.requireEnabled();
-        Interop.requireCommands("qemu-nbd", "qemu-io", "nbdcopy");
+        Interop.requireCommands("qemu-nbd", "qemu-io", "nbdcopy", "fio");
         Path socket = dir.resolve("qemu-nbd.sock");
         Path image = dir.resolve("disk.img");
         try (var f = new java.io.RandomAccessFile(image.toFile(), "rw")) {
@@ -80,6 +80,15 @@ class ProxyInteropTest {
             Path out = dir.resolve("out.img");
             Interop.run(T, dir, "nbdcopy", "--connections=4", "--requests=64", through, out.toString()).assertSuccess();
             assertThat(Files.mismatch(source, out)).as("nbdcopy in and out through the proxy").isEqualTo(-1L);
+
+            Interop.Result fio = Interop.run(T, dir, "fio", "--name=proxy", "--ioengine=nbd", "--uri=" + through,
+                "--rw=randrw", "--bsrange=4k-1M", "--iodepth=32", "--size=" + SIZE, "--verify=crc32c",
+                "--do_verify=1", "--verify_fatal=1", "--randrepeat=0", "--output-format=normal").assertSuccess();
+            assertThat(fio.output()).as(fio.toString())
+                .contains("Run status group 0")
+                .doesNotContain("verify: bad")
+                .doesNotContainIgnoringCase("crc32c: verify failed")
+                .doesNotContainPattern("err=\\s*-?[1-9]");
         }
     }
 
