@@ -14,11 +14,15 @@ import io.jnbd.server.Exports;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.RawClient;
 import io.jnbd.server.ServerConfig;
+import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.FilterBackend;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.Set;
 import java.util.List;
 import java.util.Random;
 import org.junit.jupiter.api.AfterEach;
@@ -150,7 +154,7 @@ class ProxyExportTest {
     }
 
     @Test
-    void theUpstreamsMultiConnIsUsedAndOneConnectionOtherwise() throws Exception {
+    void theUpstreamsMultiConnIsUsed() throws Exception {
         InetSocketAddress up = serve("m=memory:16M");
         NbdServer upstream = servers.getFirst();
         InetSocketAddress proxy = serve("p=nbd:" + uri(up, "m") + ",connections=3");
@@ -160,6 +164,29 @@ class ProxyExportTest {
             // Requests spread over the three: all of them are served.
             for (int i = 0; i < 16; i++) p.blocking().write(i * 65536L, ByteBuffer.wrap(pattern(i, 65536)), false);
             for (int i = 0; i < 16; i++) assertThat(read(p, i * 65536L, 65536)).isEqualTo(pattern(i, 65536));
+        }
+    }
+
+    @Test
+    void anUpstreamWithoutMultiConnGetsOneConnection() throws Exception {
+        Backend memory = ExportSpec.parse("s=memory:16M").open();
+        Backend single = new FilterBackend(memory) {
+            @Override
+            public Set<Capability> capabilities() {
+                Set<Capability> c = EnumSet.copyOf(inner.capabilities());
+                c.remove(Capability.MULTI_CONN);
+                return c;
+            }
+        };
+        NbdServer upstream = new NbdServer(new Exports(List.of(new Export("s", "", single)), null), ServerConfig.defaults());
+        servers.add(upstream);
+        InetSocketAddress up = (InetSocketAddress) upstream.listen(new InetSocketAddress("127.0.0.1", 0));
+        InetSocketAddress proxy = serve("p=nbd:" + uri(up, "s") + ",connections=4");
+        try (NbdClient p = client(proxy, "p"); NbdClient other = client(proxy, "p")) {
+            assertThat(upstream.connectionCount()).as("the proxy's connections to an upstream without CAN_MULTI_CONN").isEqualTo(1);
+            assertThat(p.info().canMultiConn()).as("the proxy's clients share that one connection").isTrue();
+            p.blocking().write(0, ByteBuffer.wrap(pattern(5, 65536)), false);
+            assertThat(read(other, 0, 65536)).as("what one client wrote, another reads").isEqualTo(pattern(5, 65536));
         }
     }
 
