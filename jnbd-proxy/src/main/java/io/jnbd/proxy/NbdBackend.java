@@ -169,17 +169,26 @@ final class NbdBackend implements Backend {
      * drops it, so that the next request connects again.
      */
     private <T> CompletableFuture<T> send(Function<NbdClient, CompletableFuture<T>> request) {
-        return upstream.client().exceptionallyCompose(e -> CompletableFuture.failedFuture(new NbdErrorException(Nbd.EIO,
-            "upstream " + upstream.uri() + " is away: " + unwrap(e).getMessage())))
-            .thenCompose(c -> {
-                CompletableFuture<T> f;
-                try {
-                    f = request.apply(c);
-                } catch (RuntimeException e) {
-                    f = CompletableFuture.failedFuture(e);
-                }
-                return f.exceptionallyCompose(e -> CompletableFuture.failedFuture(nbdError(c, unwrap(e))));
-            });
+        CompletableFuture<NbdClient> client = upstream.client();
+        if (client.isDone() && !client.isCompletedExceptionally()) return sendWith(client.join(), request);
+        return client.handle((c, e) -> e == null ? sendWith(c, request) : CompletableFuture.<T>failedFuture(away(unwrap(e))))
+            .thenCompose(f -> f);
+    }
+
+    private <T> CompletableFuture<T> sendWith(NbdClient c, Function<NbdClient, CompletableFuture<T>> request) {
+        CompletableFuture<T> f;
+        try {
+            f = request.apply(c);
+        } catch (RuntimeException e) {
+            f = CompletableFuture.failedFuture(e);
+        }
+        return f.exceptionallyCompose(e -> CompletableFuture.failedFuture(nbdError(c, unwrap(e))));
+    }
+
+    /** No client to send with: the export is closing, or the attempt to connect failed. */
+    private NbdErrorException away(Throwable t) {
+        return t instanceof NbdErrorException e ? e
+            : new NbdErrorException(Nbd.EIO, "upstream " + upstream.uri() + " is away: " + t.getMessage());
     }
 
     private NbdErrorException nbdError(NbdClient client, Throwable t) {
