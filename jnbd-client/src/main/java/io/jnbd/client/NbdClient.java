@@ -150,6 +150,14 @@ public final class NbdClient implements AutoCloseable {
         return connections.size();
     }
 
+    /**
+     * Whether a request made now has a connection to go on: false once the client is closed or every connection
+     * is lost (the server closed it, or it failed), which a caller that connects again asks before sending.
+     */
+    public boolean connected() {
+        return !closed.get() && connections.stream().anyMatch(Connection::alive);
+    }
+
     /** A view with blocking methods that throw {@link IOException}, for simple programs. */
     public BlockingNbdClient blocking() {
         return blocking;
