@@ -17,6 +17,8 @@ import io.jnbd.server.NbdServer;
 import io.jnbd.server.RawClient;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.BackendOptions;
+import io.jnbd.server.backend.FilterFactories;
 import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.ReadOnlyFilter;
 import java.net.InetSocketAddress;
@@ -27,6 +29,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import java.util.Set;
 import java.util.function.UnaryOperator;
@@ -69,7 +72,22 @@ class FilterMatrixTest {
 
     /** Every filter there is. A new one belongs here, with what it promises. */
     static List<Filter> filters() {
-        return List.of(new Filter("readonly", ReadOnlyFilter::new, FilterMatrixTest::refusesEveryWriteWithEperm));
+        return List.of(
+            new Filter("readonly", ReadOnlyFilter::new, FilterMatrixTest::refusesEveryWriteWithEperm),
+            new Filter("delay", b -> filter("delay", b, Map.of("delay-read", DELAY_MS + "ms")), FilterMatrixTest::delaysReads),
+            new Filter("error", b -> filter("error", b, Map.of("error-pread", "EIO", "error-pread-rate", "100%",
+                "error-offset", Long.toString(ERROR_AT), "error-length", "4096")), FilterMatrixTest::failsReadsInItsRangeOnly));
+    }
+
+    /** How long the delay filter holds each read. */
+    static final int DELAY_MS = 30;
+    /** Where the error filter fails reads: away from what the matrix writes and reads. */
+    static final long ERROR_AT = 32L << 20;
+    /** Where the filters' own checks write: away from the rest too. */
+    static final long SCRATCH_AT = 40L << 20;
+
+    static Backend filter(String name, Backend inner, Map<String, String> options) {
+        return FilterFactories.of(name).wrap(inner, new BackendOptions(options));
     }
 
     enum Kind {
@@ -146,6 +164,27 @@ class FilterMatrixTest {
             assertThat(c.command(Nbd.CMD_TRIM, 0, SMALL_AT, SMALL)).as("TRIM").isEqualTo(Nbd.EPERM);
             assertThat(c.command(Nbd.CMD_WRITE_ZEROES, 0, SMALL_AT, SMALL)).as("WRITE_ZEROES").isEqualTo(Nbd.EPERM);
             assertThat(c.read(SMALL_AT, SMALL)).as("the connection still serves reads").isEqualTo(pattern(1, SMALL));
+        }
+    }
+
+    /** Reads wait at least the delay; writes pass as they are (the filter delays reads only here). */
+    static void delaysReads(InetSocketAddress server) throws Exception {
+        try (RawClient c = RawClient.open(server, "ro", true, false)) {
+            assertThat(c.write(SCRATCH_AT, pattern(5, SMALL), 0)).as("WRITE through delay").isZero();
+            long start = System.nanoTime();
+            assertThat(c.read(SCRATCH_AT, SMALL)).isEqualTo(pattern(5, SMALL));
+            assertThat(Duration.ofNanos(System.nanoTime() - start)).as("a read behind delay-read=%dms", DELAY_MS)
+                .isGreaterThanOrEqualTo(Duration.ofMillis(DELAY_MS));
+        }
+    }
+
+    /** Reads touching the error range fail with its errno, on whatever path the backend's reads take; the rest pass. */
+    static void failsReadsInItsRangeOnly(InetSocketAddress server) throws Exception {
+        try (RawClient c = RawClient.open(server, "ro", true, false)) {
+            assertThat(c.readError(0, ERROR_AT, SMALL)).as("a read in the error range").isEqualTo(Nbd.EIO);
+            assertThat(c.readError(0, ERROR_AT - (2 << 20), 4 << 20)).as("a large read across it").isEqualTo(Nbd.EIO);
+            assertThat(c.read(ERROR_AT + SMALL, SMALL)).as("just past the range").containsOnly(0);
+            assertThat(c.write(ERROR_AT, pattern(6, SMALL), 0)).as("writes are not in error-pread's rule").isZero();
         }
     }
 

@@ -438,7 +438,7 @@ public final class RawClient implements AutoCloseable {
     }
 
     /** Sends a read expected to fail and returns its error. */
-    int readError(int flags, long offset, long length) throws IOException {
+    public int readError(int flags, long offset, long length) throws IOException {
         long cookie = cookie();
         send(new Request(flags, Nbd.CMD_READ, cookie, offset, length));
         Reply r = readReply();
