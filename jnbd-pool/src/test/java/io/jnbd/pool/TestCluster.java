@@ -2,6 +2,7 @@ package io.jnbd.pool;
 
 import io.jnbd.pool.memserver.MemServer;
 import io.jnbd.pool.memserver.MemServerAccess;
+import io.jnbd.server.FaultyProxy;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.ServerTls;
 import io.jnbd.tls.TlsClientSettings;

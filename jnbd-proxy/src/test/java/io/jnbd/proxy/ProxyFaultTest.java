@@ -8,6 +8,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import io.jnbd.client.NbdClient;
 import io.jnbd.client.NbdErrorException;
 import io.jnbd.protocol.Nbd;
+import io.jnbd.server.FaultyProxy;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
@@ -27,7 +28,7 @@ import org.junit.jupiter.api.Timeout;
 @Timeout(120)
 class ProxyFaultTest {
     private final ProxyExportTest servers = new ProxyExportTest();
-    private CuttableProxy relay;
+    private FaultyProxy relay;
 
     @AfterEach
     void stop() {
@@ -52,7 +53,7 @@ class ProxyFaultTest {
     @Test
     void aCutUpstreamFailsItsRequestsWithEioAndIsServedAgainOnceBack() throws Exception {
         InetSocketAddress up = servers.serve("m=memory:16M");
-        relay = new CuttableProxy(up);
+        relay = new FaultyProxy(up);
         InetSocketAddress proxy = servers.serve("p=nbd:nbd://127.0.0.1:" + relay.port() + "/m,connections=2", "local=memory:16M");
         try (NbdClient p = ProxyExportTest.client(proxy, "p"); NbdClient local = ProxyExportTest.client(proxy, "local");
              NbdClient direct = ProxyExportTest.client(up, "m")) {
@@ -86,7 +87,7 @@ class ProxyFaultTest {
     @Test
     void anUpstreamRestartedBetweenRequestsServesTheNextRequest() throws Exception {
         InetSocketAddress up = servers.serve("m=memory:16M");
-        relay = new CuttableProxy(up);
+        relay = new FaultyProxy(up);
         InetSocketAddress proxy = servers.serve("p=nbd:nbd://127.0.0.1:" + relay.port() + "/m");
         try (NbdClient p = ProxyExportTest.client(proxy, "p")) {
             p.blocking().write(0, ByteBuffer.wrap(pattern(1, 65536)), false);
@@ -100,7 +101,7 @@ class ProxyFaultTest {
     @Test
     void aHungUpstreamFailsItsRequestsWithEioAfterTheTimeout() throws Exception {
         InetSocketAddress up = servers.serve("m=memory:16M");
-        relay = new CuttableProxy(up);
+        relay = new FaultyProxy(up);
         InetSocketAddress proxy = servers.serve("p=nbd:nbd://127.0.0.1:" + relay.port() + "/m,timeout=3s", "local=memory:16M");
         try (NbdClient p = ProxyExportTest.client(proxy, "p"); NbdClient local = ProxyExportTest.client(proxy, "local")) {
             p.blocking().write(0, ByteBuffer.wrap(pattern(1, 65536)), false);

@@ -1,4 +1,4 @@
-package io.jnbd.pool;
+package io.jnbd.server;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -11,12 +11,12 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
- * A TCP proxy in front of a memory server that a test can break the way networks and machines break: hang it
+ * A TCP proxy in front of a server (a memory server, an upstream NBD server) that a test can break the way networks and machines break: hang it
  * (no byte moves either way and the connections stay open, as a SIGSTOPped process or a partition), slow it,
  * cut every connection (a crash the client hears of at once), refuse new connections (the server is down), and
  * point it at another server (the same address after a restart).
  */
-final class FaultyProxy implements AutoCloseable {
+public final class FaultyProxy implements AutoCloseable {
     private final ServerSocketChannel listener;
     private final Set<SocketChannel> open = ConcurrentHashMap.newKeySet();
     private volatile InetSocketAddress target;
@@ -25,25 +25,25 @@ final class FaultyProxy implements AutoCloseable {
     private final LongAdder toClient = new LongAdder();
     private final Object gate = new Object();
 
-    FaultyProxy(InetSocketAddress target) throws IOException {
+    public FaultyProxy(InetSocketAddress target) throws IOException {
         this.target = target;
         this.listener = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
         Thread.ofVirtual().name("proxy-accept").start(this::accept);
     }
 
-    int port() throws IOException {
+    public int port() throws IOException {
         return ((InetSocketAddress) listener.getLocalAddress()).getPort();
     }
 
-    String address() throws IOException {
+    public String address() throws IOException {
         return "127.0.0.1:" + port();
     }
 
-    void retarget(InetSocketAddress t) {
+    public void retarget(InetSocketAddress t) {
         target = t;
     }
 
-    void hang(boolean on) {
+    public void hang(boolean on) {
         hung = on;
         if (!on) {
             synchronized (gate) {
@@ -52,16 +52,16 @@ final class FaultyProxy implements AutoCloseable {
         }
     }
 
-    void delay(Duration d) {
+    public void delay(Duration d) {
         delayNanos = d.toNanos();
     }
 
-    void refuse(boolean on) {
+    public void refuse(boolean on) {
         refusing = on;
     }
 
     /** Resets every connection through the proxy. */
-    void cut() {
+    public void cut() {
         for (SocketChannel c : open) closeQuietly(c);
         open.clear();
     }
@@ -91,7 +91,7 @@ final class FaultyProxy implements AutoCloseable {
     }
 
     /** Bytes the server behind has sent its clients, replies and read data: what the pool fetched. */
-    long bytesToClients() {
+    public long bytesToClients() {
         return toClient.sum();
     }
 
