@@ -44,6 +44,8 @@ public final class FileBackend implements Backend {
     private final int writevFd; // same file, same O_DIRECT-ness as the channel, for native writes; -1 if none
     private final long size;
     private final int alignment;
+    /** Asked once or twice per request (Export.streamed, the write split): made once rather than per call. */
+    private final BlockSizes blockSizes;
     /**
      * What a write through {@code writevFd} must be aligned to, offset, length and memory, in direct mode: what the
      * device takes (512 on most disks), which can be less than {@link #alignment}, the filesystem's block that the
@@ -117,6 +119,9 @@ public final class FileBackend implements Backend {
             align = (int) Math.max(512, Files.getFileStore(path).getBlockSize());
         }
         this.alignment = align;
+        // Direct mode serves unaligned requests too (through a bounce buffer); advertising the device's
+        // alignment as the preferred size steers well-behaved clients onto the fast path.
+        this.blockSizes = mode == Mode.DIRECT ? new BlockSizes(512, Math.max(4096, align), Nbd.DEFAULT_MAX_PAYLOAD) : BlockSizes.DEFAULT;
         this.writeAlignment = wfd >= 0 && mode == Mode.DIRECT ? directWriteAlignment(wfd, align) : align;
         this.zeroes = Arena.ofAuto().allocate(ZERO_CHUNK, Math.max(align, 4096)).asByteBuffer().asReadOnlyBuffer();
         EnumSet<Capability> c = EnumSet.of(Capability.FLUSH, Capability.CACHE, Capability.MULTI_CONN);
@@ -135,10 +140,7 @@ public final class FileBackend implements Backend {
 
     @Override
     public BlockSizes blockSizes() {
-        // Direct mode serves unaligned requests too (through a bounce buffer); advertising the device's
-        // alignment as the preferred size steers well-behaved clients onto the fast path.
-        if (mode == Mode.DIRECT) return new BlockSizes(512, Math.max(4096, alignment), Nbd.DEFAULT_MAX_PAYLOAD);
-        return BlockSizes.DEFAULT;
+        return blockSizes;
     }
 
     @Override
