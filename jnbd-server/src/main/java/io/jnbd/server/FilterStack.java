@@ -83,7 +83,7 @@ public record FilterStack(List<Filter> filters) {
     /** The traits that leave the stack, from the backend's: only those every filter keeps. */
     public Set<Backend.Trait> traits(Set<Backend.Trait> backend) {
         Set<Backend.Trait> t = backend;
-        for (Filter f : filters.reversed()) t = f.factory().traits(t);
+        for (Filter f : filters.reversed()) t = f.factory().traits(f.options(), t);
         return t;
     }
 

@@ -95,11 +95,21 @@ class FilterStackTest {
         ExportSpec file = ExportSpec.parse("d", "file:" + img + ",size=1M");
         assertThat(file.traits()).contains(Backend.Trait.ZERO_COPY);
         assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,readonly").traits()).isEqualTo(file.traits());
-        assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,filter=delay").traits()).doesNotContain(Backend.Trait.ZERO_COPY);
-        assertThat(ExportSpec.parse("d", "memory:1M,filter=error").traits()).doesNotContain(Backend.Trait.NEVER_BLOCKS);
+        assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,filter=delay,delay-read=1ms").traits()).doesNotContain(Backend.Trait.ZERO_COPY);
+        assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,filter=delay,delay-write=1ms").traits())
+            .as("a write delayed on the reader would stall the connection").doesNotContain(Backend.Trait.ZERO_COPY);
+        assertThat(ExportSpec.parse("d", "memory:1M,filter=delay,delay-trim=1ms").traits()).doesNotContain(Backend.Trait.NEVER_BLOCKS);
+        assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,filter=error,error-pread-rate=1").traits()).doesNotContain(Backend.Trait.ZERO_COPY);
+        assertThat(ExportSpec.parse("d", "memory:1M,filter=error,error-rate=1,error-file=" + img).traits())
+            .as("it looks for a file on every call").doesNotContain(Backend.Trait.NEVER_BLOCKS);
+        // Filters configured to leave a path alone keep the trait that opens it: sendfile skips only pass-through code.
+        assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,filter=delay,filter=error,error-rate=0").traits())
+            .isEqualTo(file.traits());
+        assertThat(ExportSpec.parse("d", "file:" + img + ",size=1M,filter=error,error-pwrite-rate=1").traits()).contains(Backend.Trait.ZERO_COPY);
+        assertThat(ExportSpec.parse("d", "memory:1M,filter=error,error-rate=10%").traits()).contains(Backend.Trait.NEVER_BLOCKS);
         file.open().close();
-        try (Backend chain = ExportSpec.parse("d", "file:" + img + ",readonly,filter=error").open()) {
-            assertThat(chain.traits()).isEqualTo(ExportSpec.parse("d", "file:" + img + ",readonly,filter=error").traits())
+        try (Backend chain = ExportSpec.parse("d", "file:" + img + ",readonly,filter=error,error-rate=1").open()) {
+            assertThat(chain.traits()).isEqualTo(ExportSpec.parse("d", "file:" + img + ",readonly,filter=error,error-rate=1").traits())
                 .doesNotContain(Backend.Trait.ZERO_COPY);
             assertThat(chain.can(Backend.Capability.WRITE)).isFalse();
         }

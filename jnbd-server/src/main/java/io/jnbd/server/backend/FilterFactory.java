@@ -39,6 +39,15 @@ public interface FilterFactory {
     Set<Backend.Trait> traits(Set<Backend.Trait> below);
 
     /**
+     * The traits a filter configured with {@code options} passes on: one whose keys leave a path untouched may keep
+     * the trait that opens it (a delay filter with no delays keeps {@link Backend.Trait#ZERO_COPY}, so a stack of
+     * pass-through filters still sends reads by sendfile). The stack asks this one; by default, {@link #traits(Set)}.
+     */
+    default Set<Backend.Trait> traits(BackendOptions options, Set<Backend.Trait> below) {
+        return traits(below);
+    }
+
+    /**
      * The capabilities a filter with {@code options} offers in front of {@code below}, known before anything is opened;
      * the stack's check uses it to tell a filter what the ones inside it leave.
      */

@@ -28,12 +28,12 @@ final class DelayFilter extends FilterBackend {
     private final String description;
     private final Set<Trait> traits;
 
-    DelayFilter(Backend inner, EnumMap<Command, Long> nanos, boolean fastZeroFails, String description) {
+    DelayFilter(Backend inner, EnumMap<Command, Long> nanos, boolean fastZeroFails, String description, Set<Trait> traits) {
         super(inner);
         this.nanos = new EnumMap<>(nanos);
         this.fastZeroFails = fastZeroFails;
         this.description = description;
-        this.traits = Traits.throughEveryCall(inner.traits());
+        this.traits = traits;
     }
 
     @Override public Set<Trait> traits() { return traits; }

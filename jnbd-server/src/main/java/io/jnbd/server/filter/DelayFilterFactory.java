@@ -66,9 +66,16 @@ public final class DelayFilterFactory implements FilterFactory {
         return Traits.throughEveryCall(below);
     }
 
+    /** With no delay at all it is a pass-through and keeps everything; any delay waits, so it keeps what {@link #traits(Set)} does. */
+    @Override
+    public Set<Backend.Trait> traits(BackendOptions options, Set<Backend.Trait> below) {
+        boolean delays = delays(options).values().stream().anyMatch(n -> n > 0);
+        return Traits.through(below, delays, delays, delays);
+    }
+
     @Override
     public io.jnbd.server.backend.FilterBackend wrap(Backend inner, BackendOptions options) {
-        return new DelayFilter(inner, delays(options), fastZeroFails(options), describe(options));
+        return new DelayFilter(inner, delays(options), fastZeroFails(options), describe(options), traits(options, inner.traits()));
     }
 
     /** The delay of each command in nanoseconds, 0 where none is given. */

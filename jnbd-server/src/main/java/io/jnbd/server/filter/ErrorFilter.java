@@ -56,10 +56,10 @@ final class ErrorFilter extends FilterBackend {
     private final Config config;
     private final Set<Trait> traits;
 
-    ErrorFilter(Backend inner, Config config) {
+    ErrorFilter(Backend inner, Config config, Set<Trait> traits) {
         super(inner);
         this.config = config;
-        this.traits = Traits.throughEveryCall(inner.traits());
+        this.traits = traits;
     }
 
     @Override public Set<Trait> traits() { return traits; }

@@ -63,9 +63,22 @@ public final class ErrorFilterFactory implements FilterFactory {
         return Traits.throughEveryCall(below);
     }
 
+    /**
+     * A filter that fails no read keeps sendfile (the reads it skips would have passed through), and one that looks
+     * for no file never waits; one that fails nothing keeps everything.
+     */
+    @Override
+    public Set<Backend.Trait> traits(BackendOptions options, Set<Backend.Trait> below) {
+        ErrorFilter.Config c = config(options);
+        boolean failsAny = c.rules().values().stream().anyMatch(r -> r.rate() > 0);
+        ErrorFilter.Rule read = c.rules().get(Command.READ);
+        boolean waits = c.rules().values().stream().anyMatch(r -> r.rate() > 0 && r.file() != null);
+        return Traits.through(below, failsAny, read.rate() > 0, waits);
+    }
+
     @Override
     public io.jnbd.server.backend.FilterBackend wrap(Backend inner, BackendOptions options) {
-        return new ErrorFilter(inner, config(options));
+        return new ErrorFilter(inner, config(options), traits(options, inner.traits()));
     }
 
     /** What the filter fails, read from its keys: a command's own key wins over the one for every command. */

@@ -21,4 +21,18 @@ final class Traits {
         }
         return out;
     }
+
+    /**
+     * For a filter configured to do nothing on some calls: where it leaves every call alone it keeps all of the inner's
+     * traits; where it leaves reads alone and never waits, it keeps {@link Trait#ZERO_COPY} too (reads sent from the
+     * page cache skip only code that would have passed them through) and {@link Trait#NEVER_BLOCKS}.
+     */
+    static Set<Trait> through(Set<Trait> below, boolean touchesAnyCall, boolean touchesReads, boolean waits) {
+        if (!touchesAnyCall) return below;
+        EnumSet<Trait> out = EnumSet.noneOf(Trait.class);
+        out.addAll(throughEveryCall(below));
+        if (!waits && below.contains(Trait.NEVER_BLOCKS)) out.add(Trait.NEVER_BLOCKS);
+        if (!waits && !touchesReads && below.contains(Trait.ZERO_COPY)) out.add(Trait.ZERO_COPY);
+        return out;
+    }
 }

@@ -156,12 +156,15 @@ class ErrorFilterTest {
     void asynchronousCallsFailAlikeAndTheInnersTraitsAreKeptOnlyWhereSafe() throws Exception {
         AsyncMemory inner = new AsyncMemory(1 << 20);
         Backend b = error(inner, "error", "ESHUTDOWN", "error-pread-rate", "100%");
-        assertThat(b.traits()).containsExactlyInAnyOrder(Backend.Trait.ASYNC, Backend.Trait.DIRECT_IO);
+        assertThat(b.traits()).as("failing reads drops sendfile; failing waits for nothing, so never-blocking stays")
+            .containsExactlyInAnyOrder(Backend.Trait.ASYNC, Backend.Trait.DIRECT_IO, Backend.Trait.NEVER_BLOCKS);
         assertThatThrownBy(() -> b.readAsync(0, ByteBuffer.allocate(512)).get()).isInstanceOf(ExecutionException.class)
             .cause().isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.ESHUTDOWN));
         b.writeAsync(0, new ByteBuffer[] {ByteBuffer.wrap(new byte[] {1, 2, 3})}, false).get();
         assertThat(inner.asyncCalls.get()).as("the write went down asynchronously; the read did not go down").isEqualTo(1);
-        assertThat(error(new MemoryBackend(4096)).traits()).as("never-blocking is dropped").isEmpty();
+        assertThat(error(new MemoryBackend(4096)).traits()).as("failing nothing, it keeps everything").isEqualTo(new MemoryBackend(4096).traits());
+        assertThat(error(new MemoryBackend(4096), "error-rate", "1", "error-file", "/nonexistent").traits())
+            .as("looking for a file on every call may wait: never-blocking is dropped").doesNotContain(Backend.Trait.NEVER_BLOCKS);
     }
 
     @Test

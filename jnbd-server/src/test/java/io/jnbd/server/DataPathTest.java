@@ -1,0 +1,42 @@
+package io.jnbd.server;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.jnbd.server.backend.Backend;
+import java.nio.file.Path;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The route a connection's requests take is chosen from the export's whole chain: filters configured to leave reads
+ * alone keep the page-cache route (sendfile), and one that acts on reads takes it away, so nothing skips it.
+ */
+class DataPathTest {
+
+    @TempDir
+    Path dir;
+
+    private DataPath.Strategy strategy(String spec, boolean zeroCopyTransport) throws Exception {
+        try (Backend chain = ExportSpec.parse("d", spec).open()) {
+            Export export = new Export("d", "", chain);
+            DataPath path = DataPath.of(export, zeroCopyTransport, Runnable::run, null, null, null, null);
+            if (path.zeroCopy()) assertThat(path.zeroCopySource()).isSameAs(chain.pageCache());
+            return path.strategy();
+        }
+    }
+
+    @Test
+    void passThroughFiltersKeepTheZeroCopyRouteAndActiveOnesTakeItAway() throws Exception {
+        String file = "file:" + dir.resolve("d.img") + ",size=1M";
+        assertThat(strategy(file, true)).isEqualTo(DataPath.Strategy.PAGE_CACHE);
+        assertThat(strategy(file + ",filter=delay,filter=error,error-rate=0,filter=readonly", true))
+            .as("three filters that change no read").isEqualTo(DataPath.Strategy.PAGE_CACHE);
+        assertThat(strategy(file + ",filter=error,error-pwrite-rate=1", true))
+            .as("failing writes only: reads still go by sendfile, writes through the filter").isEqualTo(DataPath.Strategy.PAGE_CACHE);
+        assertThat(strategy(file + ",filter=delay,delay-read=1ms", true)).isEqualTo(DataPath.Strategy.BLOCKING);
+        assertThat(strategy(file + ",filter=delay,filter=error,error-pread-rate=1", true)).isEqualTo(DataPath.Strategy.BLOCKING);
+        assertThat(strategy(file, false)).as("TLS: every byte passes the JVM").isEqualTo(DataPath.Strategy.BLOCKING);
+        assertThat(strategy("memory:1M,filter=error,error-rate=10%", true)).isEqualTo(DataPath.Strategy.IN_MEMORY);
+        assertThat(strategy("memory:1M,filter=delay,delay-write=1ms", true)).isEqualTo(DataPath.Strategy.BLOCKING);
+    }
+}
