@@ -228,7 +228,7 @@ final class Connection implements Runnable {
         Dispatcher dispatcher = new Dispatcher(session.export(), session.structuredReplies(), window, out,
             Thread.currentThread(), this::drop);
         Replies replies = new Replies(session, stats, peer);
-        DataPath path = DataPath.of(session.export(), transport.zeroCopyFiles(), server.executorFor(session.export().backend()),
+        DataPath path = DataPath.of(session.export(), session.context(), transport.zeroCopyFiles(), server.executorFor(session.export().backend()),
             server.buffers(), replies, stats, dispatcher);
         try {
             dispatcher.use(path);

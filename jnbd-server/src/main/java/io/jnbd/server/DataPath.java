@@ -1,6 +1,7 @@
 package io.jnbd.server;
 
 import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.ConnectionContext;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.PageCacheSource;
 import java.util.concurrent.Executor;
@@ -45,13 +46,13 @@ record DataPath(Backend backend, PageCacheSource zeroCopySource, PageCacheSource
      * connection ({@link Backend#forConnection}), which the connection must end with {@link Backend#connectionClosed};
      * the route is chosen from the export's chain, as its tuning and executor were, and the view must agree with it.
      * {@code zeroCopyTransport}: the connection's transport sends files without copying them (see
-     * Transport.zeroCopyFiles).
+     * Transport.zeroCopyFiles). {@code context}: who the connection is, as the handshake found (see Session).
      */
-    static DataPath of(Export export, boolean zeroCopyTransport, Executor work, BufferPool buffers, Replies replies,
-                       ConnectionStats stats, ReplySink sink) {
+    static DataPath of(Export export, ConnectionContext context, boolean zeroCopyTransport, Executor work, BufferPool buffers,
+                       Replies replies, ConnectionStats stats, ReplySink sink) {
         Backend chain = export.backend();
         PageCacheSource pageCache = chain.has(Backend.Trait.ZERO_COPY) ? chain.pageCache() : null;
-        Backend view = chain.forConnection();
+        Backend view = chain.forConnection(context);
         // A view on another route than its export's would skip a filter (sendfile past it) or wait where nothing may.
         if (!view.traits().equals(chain.traits()) || view.pageCache() != chain.pageCache()) {
             view.connectionClosed();

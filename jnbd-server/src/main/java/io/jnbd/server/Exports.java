@@ -1,5 +1,7 @@
 package io.jnbd.server;
 
+import io.jnbd.server.backend.FilterBackend;
+import io.jnbd.server.backend.NamedViews;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.LinkedHashMap;
@@ -30,15 +32,36 @@ public final class Exports implements ExportRegistry {
         return byName.get(name.isEmpty() ? defaultName : name);
     }
 
+    /**
+     * {@inheritDoc} An export whose chain takes names after its own ({@link NamedViews}) is also found as
+     * {@code EXPORT/NAME}, and asked whether this client may have that view.
+     */
     @Override
     public Export find(String name, Client client) throws Refused {
         Export e = find(name);
+        String viewName = null;
+        for (int slash = name.indexOf('/'); e == null && slash > 0; slash = name.indexOf('/', slash + 1)) {
+            Export prefix = byName.get(name.substring(0, slash));
+            if (prefix != null && views(prefix) != null) {
+                e = prefix;
+                viewName = name.substring(slash + 1);
+            }
+        }
         if (e != null && !e.access().allows(client)) {
             // Without TLS a client has no identity: if the list names some, TLS may be what it lacks.
             boolean tlsMayAdmit = client.identities().isEmpty() && e.access().admitsIdentities();
             throw new Refused("export '" + e.name() + "' is not open to this client" + (tlsMayAdmit ? " without TLS" : ""), tlsMayAdmit);
         }
+        NamedViews views = e == null ? null : views(e);
+        if (views != null) {
+            String why = views.refusal(viewName, client.identities());
+            if (why != null) throw new Refused(why);
+        }
         return e;
+    }
+
+    private static NamedViews views(Export e) {
+        return FilterBackend.find(e.backend(), NamedViews.class);
     }
 
     @Override

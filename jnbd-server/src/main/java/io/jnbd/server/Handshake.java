@@ -9,6 +9,7 @@ import io.jnbd.protocol.OptionReplyHeader;
 import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Strings;
 import io.jnbd.server.backend.BlockSizes;
+import io.jnbd.server.backend.ConnectionContext;
 import io.jnbd.server.net.TlsTransport;
 import io.jnbd.server.net.Transport;
 import io.jnbd.server.net.Transports;
@@ -146,7 +147,7 @@ final class Handshake {
                 }
                 // EXPORT_NAME cannot carry an error: the spec says to drop the connection.
                 if (export == null) throw new ProtocolException("unknown export '" + exports.shown(name) + "'");
-                Session session = session(export, false);
+                Session session = session(export, name, false);
                 ByteBuffer out = ByteBuffer.allocate(noZeroes ? 10 : 134);
                 out.putLong(export.backend().size()).putShort((short) session.transmissionFlags());
                 if (!noZeroes) out.put(new byte[124]);
@@ -220,7 +221,7 @@ final class Handshake {
             reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.name() + "'");
             return null;
         }
-        Session session = session(export, option == Nbd.OPT_GO && req.infoRequests().contains(Nbd.INFO_BLOCK_SIZE));
+        Session session = session(export, req.name(), option == Nbd.OPT_GO && req.infoRequests().contains(Nbd.INFO_BLOCK_SIZE));
         List<Info> infos = new ArrayList<>();
         infos.add(new Info.Export(export.backend().size(), session.transmissionFlags()));
         if (req.infoRequests().contains(Nbd.INFO_NAME)) infos.add(new Info.Name(export.name()));
@@ -324,14 +325,18 @@ final class Handshake {
         }
     }
 
-    private Session session(Export export, boolean blockSizeAgreed) {
+    /** {@code asked}: the name the client gave, which may go on past the export's ({@code boot/pc42}: see NamedViews). */
+    private Session session(Export export, String asked, boolean blockSizeAgreed) {
         int ctx = structured && export.name().equals(metaContextExport) ? metaContextId : 0;
         int flags = export.transmissionFlags(structured);
         if (export.access().readOnlyFor(client)) {
             // Only the commands that change data go; FLUSH and FUA are harmless on a disk the client cannot write.
             flags = (flags | Nbd.FLAG_READ_ONLY) & ~(Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES | Nbd.FLAG_SEND_FAST_ZERO);
         }
-        return new Session(export, structured, ctx, flags, blockSizeAgreed);
+        String viewName = asked.length() > export.name().length() && asked.startsWith(export.name() + "/")
+            ? asked.substring(export.name().length() + 1) : null;
+        return new Session(export, structured, ctx, flags, blockSizeAgreed,
+            new ConnectionContext(viewName, client.identities(), peer));
     }
 
     private void reply(int option, int type) throws IOException {

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.jnbd.protocol.Nbd;
 import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.ConnectionContext;
 import io.jnbd.server.backend.FilterForTests;
 import io.jnbd.server.filter.AsyncMemory;
 import java.io.IOException;
@@ -42,8 +43,8 @@ class ConnectionViewTest {
         @Override public Set<Trait> traits() { return inner.traits(); }
 
         @Override
-        public Backend forConnection() {
-            View v = new View(inner.forConnection());
+        public Backend forConnection(ConnectionContext context) {
+            View v = new View(inner.forConnection(context));
             views.add(v);
             return v;
         }
@@ -185,7 +186,7 @@ class ConnectionViewTest {
             @Override public Set<Trait> traits() { return inner.traits(); }
 
             @Override
-            public Backend forConnection() {
+            public Backend forConnection(ConnectionContext context) {
                 return new FilterForTests(inner) {
                     @Override public void connectionClosed() { ended.incrementAndGet(); }
                 };

@@ -19,7 +19,7 @@ class DataPathTest {
     private DataPath.Strategy strategy(String spec, boolean zeroCopyTransport) throws Exception {
         try (Backend chain = ExportSpec.parse("d", spec).open()) {
             Export export = new Export("d", "", chain);
-            DataPath path = DataPath.of(export, zeroCopyTransport, Runnable::run, null, null, null, null);
+            DataPath path = DataPath.of(export, io.jnbd.server.backend.ConnectionContext.NONE, zeroCopyTransport, Runnable::run, null, null, null, null);
             if (path.zeroCopy()) assertThat(path.zeroCopySource()).isSameAs(chain.pageCache());
             return path.strategy();
         }

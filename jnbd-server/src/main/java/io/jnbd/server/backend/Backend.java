@@ -134,8 +134,10 @@ public interface Backend extends AutoCloseable {
      * {@code connection-rate=} bucket). A view shares everything of the export but that state, and its
      * {@link #traits()} and {@link #pageCache()} are the export's: the server chooses the connection's data path from
      * the export's chain and sends the requests to the view. A view is never closed; {@link #connectionClosed} ends it.
+     * {@code context} says who the connection is: the name it asked for after the export's (see {@link NamedViews}),
+     * its TLS identities, its peer.
      */
-    default Backend forConnection() {
+    default Backend forConnection(ConnectionContext context) {
         return this;
     }
 

@@ -87,8 +87,8 @@ public abstract class FilterBackend implements Backend, Cloneable {
      * connection overrides this method.
      */
     @Override
-    public Backend forConnection() {
-        Backend view = inner.forConnection();
+    public Backend forConnection(ConnectionContext context) {
+        Backend view = inner.forConnection(context);
         return view == inner ? this : over(view);
     }
 

@@ -66,6 +66,7 @@ class FilterBackendTest {
             if (t == ByteBuffer[].class) return new ByteBuffer[] {ByteBuffer.allocate(16), ByteBuffer.allocate(32)};
             if (t == Backend.Capability.class) return Backend.Capability.TRIM;
             if (t == Backend.Trait.class) return Backend.Trait.ASYNC;
+            if (t == ConnectionContext.class) return new ConnectionContext("pc42", List.of("alice"), "peer");
             throw new AssertionError("no test argument for a " + t + " of " + m);
         }).toArray();
     }
@@ -104,6 +105,7 @@ class FilterBackendTest {
                 // The inner has no view of its own for a connection, so neither has the filter: itself, not a copy.
                 case "forConnection" -> {
                     assertThat(calls).extracting(c -> c.method().getName()).containsExactly("forConnection");
+                    assertThat(calls.getFirst().args()).as("the context goes down as it came").containsExactly(args);
                     assertThat(result).isSameAs(filter);
                 }
                 // Answered from the filter's own capabilities(), which a filter may narrow.
@@ -142,7 +144,7 @@ class FilterBackendTest {
         }
 
         @Override
-        public Backend forConnection() {
+        public Backend forConnection(ConnectionContext context) {
             FilterForTests view = new FilterForTests(inner) {
                 @Override public void connectionClosed() { closed.add(this); }
             };
@@ -172,7 +174,7 @@ class FilterBackendTest {
         Counting counting = new Counting(views);
         Backend chain = new ReadOnlyFilter(counting);
 
-        Backend a = chain.forConnection(), b = chain.forConnection();
+        Backend a = chain.forConnection(ConnectionContext.NONE), b = chain.forConnection(ConnectionContext.NONE);
         assertThat(views.views).hasSize(2);
         assertThat(a).isNotSameAs(chain).isNotSameAs(b).isInstanceOf(ReadOnlyFilter.class);
         Counting aCounting = (Counting) ((FilterBackend) a).inner(), bCounting = (Counting) ((FilterBackend) b).inner();
@@ -195,7 +197,7 @@ class FilterBackendTest {
     @Test
     void aChainWithoutConnectionStateIsItsOwnViewAndCopiesNothing() {
         Backend chain = new ReadOnlyFilter(new Counting(new MemoryBackend(1 << 20)));
-        assertThat(chain.forConnection()).isSameAs(chain);
+        assertThat(chain.forConnection(ConnectionContext.NONE)).isSameAs(chain);
         chain.connectionClosed(); // passed down to the memory backend's no-op
     }
 
