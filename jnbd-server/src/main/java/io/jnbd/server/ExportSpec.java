@@ -132,13 +132,13 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
 
     /**
      * Whether {@code other} opens the same backend: same kind, target, kind options and read-only flag (whether the
-     * stack holds the read-only filter, with which the backend is opened read-only). The rest (filters, description,
+     * stack holds a filter that writes nothing below it, with which the backend is opened read-only). The rest (filters, description,
      * tuning, who may connect) belongs to the export, so a reload that changes only that keeps the open backend, and
      * a memory export its data; where the filters changed, {@link ExportSet} builds a new chain in front of it.
      */
     public boolean sameBackend(ExportSpec other) {
         return kind.equals(other.kind) && target.equals(other.target) && options.asMap().equals(other.options.asMap())
-            && readOnly() == other.readOnly();
+            && filters.opensBaseReadOnly() == other.filters.opensBaseReadOnly();
     }
 
     /** Whether the export refuses writes: its stack holds the read-only filter. */
@@ -244,9 +244,9 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         }
     }
 
-    /** The backend this spec names, without its filters (read-only when they hold the read-only filter). */
+    /** The backend this spec names, without its filters (read-only when no filter of theirs writes to it). */
     public Backend openBackend() throws IOException {
-        return BackendFactories.of(kind).open(target, options, readOnly());
+        return BackendFactories.of(kind).open(target, options, filters.opensBaseReadOnly());
     }
 
     /** The chain of this spec's filters in front of {@code backend}, already open (a reload that changed only filters). */

@@ -75,9 +75,17 @@ public record FilterStack(List<Filter> filters) {
         return filters.isEmpty();
     }
 
-    /** Whether the stack holds the read-only filter: then nothing below it is written, and the backend opens read-only. */
+    /** Whether the stack holds the read-only filter: the export refuses writes. */
     public boolean readOnly() {
         return filters.stream().anyMatch(f -> f.name().equals("readonly"));
+    }
+
+    /**
+     * Whether nothing below the stack is ever written, so that the backend opens read-only: the read-only filter, or
+     * one that keeps the writes itself (copy-on-write), is in it ({@link FilterFactory#opensBaseReadOnly}).
+     */
+    public boolean opensBaseReadOnly() {
+        return filters.stream().anyMatch(f -> f.factory().opensBaseReadOnly());
     }
 
     /** The traits that leave the stack, from the backend's: only those every filter keeps. */
@@ -89,12 +97,12 @@ public record FilterStack(List<Filter> filters) {
 
     /**
      * Checks that each filter can stand in front of what is inside it, from the capabilities the backend may offer
-     * (every one, less the writes when the stack is read-only: then the backend opens read-only); a backend that
+     * (every one, less the writes when the backend opens read-only); a backend that
      * offers less is checked again when the chain is built.
      */
     void checkStacking() {
         Set<Backend.Capability> below = EnumSet.allOf(Backend.Capability.class);
-        if (readOnly()) below.removeAll(io.jnbd.server.backend.ReadOnlyFilter.WRITES);
+        if (opensBaseReadOnly()) below.removeAll(io.jnbd.server.backend.ReadOnlyFilter.WRITES);
         for (Filter f : filters.reversed()) {
             String refusal = f.factory().refusal(f.options(), below);
             if (refusal != null) throw new IllegalArgumentException("filter=" + f.name() + ": " + refusal);
@@ -108,7 +116,12 @@ public record FilterStack(List<Filter> filters) {
         for (Filter f : filters.reversed()) {
             String refusal = f.factory().refusal(f.options(), b.capabilities());
             if (refusal != null) throw new IOException("filter=" + f.name() + " cannot stand in front of " + b.describe() + ": " + refusal);
-            b = f.factory().wrap(b, f.options());
+            try {
+                b = f.factory().wrap(b, f.options());
+            } catch (java.io.UncheckedIOException e) {
+                // A filter with files of its own (cow) could not open them: the message says which and why.
+                throw new IOException("filter=" + f.name() + ": " + e.getCause().getMessage(), e.getCause());
+            }
         }
         return b;
     }

@@ -65,6 +65,19 @@ public interface FilterFactory {
         return null;
     }
 
-    /** The filter in front of {@code inner}, forwarding what it does not change; {@code options} have passed {@link #check}. */
+    /**
+     * Whether nothing below this filter is ever written, so that the backend opens read-only: true for the read-only
+     * filter, and for one that takes the writes itself (copy-on-write keeps them in its overlay and leaves the base
+     * untouched, while offering WRITE to its clients).
+     */
+    default boolean opensBaseReadOnly() {
+        return false;
+    }
+
+    /**
+     * The filter in front of {@code inner}, forwarding what it does not change; {@code options} have passed {@link #check}.
+     * A filter with files of its own that cannot open them throws {@link java.io.UncheckedIOException}, whose cause's
+     * message is for the user.
+     */
     FilterBackend wrap(Backend inner, BackendOptions options);
 }

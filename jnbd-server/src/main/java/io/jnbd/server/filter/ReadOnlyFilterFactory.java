@@ -17,6 +17,8 @@ public final class ReadOnlyFilterFactory implements FilterFactory {
 
     @Override public void check(BackendOptions options) {}
 
+    @Override public boolean opensBaseReadOnly() { return true; }
+
     @Override public String describe(BackendOptions options) { return "readonly"; }
 
     /** Every one, as {@link ReadOnlyFilter} keeps them. */
