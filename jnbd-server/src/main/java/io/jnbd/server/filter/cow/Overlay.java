@@ -101,11 +101,11 @@ final class Overlay implements Closeable {
         OverlayMap map = null;
         int fd = -1;
         try {
+            map = OverlayMap.open(mapFile, header, states, name);
             if (data.size() != header.size()) {
                 throw new IOException("overlay '" + name + "': its data file " + dataFile + " is " + data.size() + " bytes, not "
                     + header.size() + "; it is damaged, refusing it");
             }
-            map = OverlayMap.open(mapFile, header, states, name);
             long live = 0;
             for (byte s : states) if (s != ABSENT) live++;
             if (map.records() > 2 * live + 65536) {
