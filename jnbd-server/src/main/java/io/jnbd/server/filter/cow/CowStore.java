@@ -135,14 +135,13 @@ final class CowStore implements Closeable {
      * {@value #MAX_NAME_BYTES} bytes, no {@code /}, {@code ..} or control characters, not {@code .}.
      */
     static String nameRefusal(String name) {
-        if (name.isEmpty()) return "an empty overlay name";
-        if (name.getBytes(StandardCharsets.UTF_8).length > MAX_NAME_BYTES) return "an overlay name longer than " + MAX_NAME_BYTES + " bytes";
-        if (name.indexOf('/') >= 0) return "an overlay name with '/' in it";
-        if (name.equals(".") || name.contains("..")) return "an overlay name with '..' in it, or '.'";
-        for (int i = 0; i < name.length(); i++) {
-            if (Character.isISOControl(name.charAt(i))) return "an overlay name with a control character in it";
-        }
-        return null;
+        String why = null;
+        if (name.isEmpty()) why = "it is empty";
+        else if (name.getBytes(StandardCharsets.UTF_8).length > MAX_NAME_BYTES) why = "it is longer than " + MAX_NAME_BYTES + " bytes";
+        else if (name.indexOf('/') >= 0) why = "it holds '/'";
+        else if (name.equals(".") || name.contains("..")) why = "it is '.' or holds '..'";
+        else if (name.chars().anyMatch(Character::isISOControl)) why = "it holds a control character";
+        return why == null ? null : "overlay name not allowed: " + why;
     }
 
     @Override

@@ -35,7 +35,7 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
             throw new Refusal("this export keeps an overlay for each client: open EXPORT/NAME, NAME naming the client's overlay");
         }
         String bad = CowStore.nameRefusal(chosen);
-        if (bad != null) throw new Refusal(bad + " is not allowed");
+        if (bad != null) throw new Refusal(bad);
         return chosen;
     }
 
