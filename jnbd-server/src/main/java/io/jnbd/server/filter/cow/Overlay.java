@@ -50,6 +50,8 @@ final class Overlay implements Closeable {
     private final int blockSize, shift;
     private final long size;
     private final byte[] states;
+    /** The state of each block as the map on disk has it (only {@link #flush} touches it, under {@link #flushing}). */
+    private final byte[] recorded;
     private final Set<Integer> dirty = ConcurrentHashMap.newKeySet();
     private final ReentrantLock[] stripes = new ReentrantLock[STRIPES];
     private final ReentrantLock flushing = new ReentrantLock();
@@ -68,6 +70,7 @@ final class Overlay implements Closeable {
         this.shift = Integer.numberOfTrailingZeros(blockSize);
         this.size = header.size();
         this.states = states;
+        this.recorded = states.clone();
         for (int i = 0; i < STRIPES; i++) stripes[i] = new ReentrantLock();
         this.zeroes = ByteBuffer.allocateDirect(blockSize).asReadOnlyBuffer();
     }
@@ -315,13 +318,23 @@ final class Overlay implements Closeable {
                 taken[n++] = state(b);
             }
             if (n == 0) return;
+            // Only a block whose state the map does not have yet needs a record; every written one needs its data durable.
+            int[] changed = new int[n];
+            byte[] changedTo = new byte[n];
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                if (taken[i] == recorded[blocks[i]]) continue;
+                changed[m] = blocks[i];
+                changedTo[m++] = taken[i];
+            }
             try {
                 data.force(false);
-                map.append(blocks, taken, n);
+                if (m > 0) map.append(changed, changedTo, m);
             } catch (IOException | RuntimeException e) {
                 for (int i = 0; i < n; i++) dirty.add(blocks[i]); // not recorded: the next flush tries again
                 throw e;
             }
+            for (int i = 0; i < m; i++) recorded[changed[i]] = changedTo[i];
         } finally {
             flushing.unlock();
         }

@@ -121,9 +121,9 @@ final class OverlayMap implements Closeable {
         }
     }
 
-    /** Appends a record for each of {@code blocks} with its state in {@code states}, and makes them durable. */
+    /** Appends a record for each of the first {@code n} {@code blocks} with its state in {@code states}, and makes them durable. */
     void append(int[] blocks, byte[] states, int n) throws IOException {
-        ByteBuffer out = ByteBuffer.allocateDirect(n * RECORD);
+        ByteBuffer out = ByteBuffer.allocate(n * RECORD);
         CRC32C crc = new CRC32C();
         for (int i = 0; i < n; i++) record(out, crc, blocks[i], states[i]);
         out.flip();

@@ -93,6 +93,26 @@ class CowOverlayFilesTest {
     }
 
     @Test
+    void theMapRecordsChangesOfStateNotEveryFlush() throws Exception {
+        try (Backend chain = ExportSpec.parse("b", spec("")).open()) {
+            assertThat(((NamedViews) chain).refusal("pc", List.of())).isNull();
+            Backend c = chain.forConnection(new ConnectionContext("pc", List.of(), "t"));
+            for (int i = 0; i < 100; i++) {
+                c.write(100, ByteBuffer.allocateDirect(10).put(new byte[] {(byte) i, 1, 2, 3, 4, 5, 6, 7, 8, 9}).flip(), true);
+            }
+            c.zero(0, 4096, true, false, true);
+            c.write(100, ByteBuffer.allocateDirect(1).put((byte) 77).flip(), true);
+            c.connectionClosed();
+        }
+        assertThat(Files.size(map)).as("header and three records: data, zero, data").isEqualTo(OverlayMap.HEADER + 3 * OverlayMap.RECORD);
+        byte[] expected = new byte[4096];
+        System.arraycopy(baseBytes, 0, expected, 0, 4096);
+        java.util.Arrays.fill(expected, (byte) 0);
+        expected[100] = 77;
+        assertThat(read(0, 4096)).isEqualTo(expected);
+    }
+
+    @Test
     void aChangedBaseRefusesTheOverlay() throws Exception {
         writeFlushed(0, new byte[] {1, 2, 3});
         try (RandomAccessFile f = new RandomAccessFile(base.toFile(), "rw")) {
