@@ -28,6 +28,7 @@ public final class Main implements Runnable {
         TOOLS.put("info", InfoCommand::new);
         TOOLS.put("copy", CopyCommand::new);
         TOOLS.put("cmp", CmpCommand::new);
+        TOOLS.put("overlay", OverlayCommand::new);
     }
 
     public static void main(String[] args) {

@@ -63,7 +63,8 @@ final class CowStore implements Closeable {
         }
     }
 
-    private static FileChannel lock(Path dir) throws IOException {
+    /** Takes DIR/lock, or fails with a message saying the directory is in use; closing the channel releases it. */
+    static FileChannel lock(Path dir) throws IOException {
         Files.createDirectories(dir);
         Path file = dir.resolve("lock");
         FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE);

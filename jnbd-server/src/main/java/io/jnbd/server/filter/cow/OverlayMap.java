@@ -81,32 +81,9 @@ final class OverlayMap implements Closeable {
                 throw new IOException("overlay '" + name + "' does not fit its base: " + why
                     + "; refusing it (discard the overlay, or serve the base it was made over)");
             }
-            long size = ch.size(), at = HEADER, count = 0;
-            ByteBuffer buf = ByteBuffer.allocateDirect(64 * RECORD * 64);
-            CRC32C crc = new CRC32C();
-            replay:
-            while (at < size) {
-                buf.clear();
-                long chunkAt = at;
-                while (buf.hasRemaining() && chunkAt + buf.position() < size && ch.read(buf, chunkAt + buf.position()) > 0) { /* on */ }
-                buf.flip();
-                while (buf.remaining() >= RECORD) {
-                    long block = buf.getLong(buf.position());
-                    int state = buf.getInt(buf.position() + 8), sum = buf.getInt(buf.position() + 12);
-                    crc.reset();
-                    crc.update(buf.slice(buf.position(), 12));
-                    if ((int) crc.getValue() != sum || (state != Overlay.DATA && state != Overlay.ZERO)) break replay;
-                    if (block < 0 || block >= states.length) {
-                        throw new IOException("overlay '" + name + "': its map names block " + block + " of " + states.length
-                            + "; the map is damaged, refusing it");
-                    }
-                    states[(int) block] = (byte) state;
-                    buf.position(buf.position() + RECORD);
-                    at += RECORD;
-                    count++;
-                }
-                if (buf.hasRemaining()) break; // a partial record at the very end
-            }
+            long size = ch.size();
+            long[] replayed = replay(ch, states, name);
+            long at = replayed[0], count = replayed[1];
             if (at < size) {
                 // Only the batch being appended when the server stopped can be torn; no FLUSH acknowledged it.
                 log.warn("overlay '{}': cutting a torn end of its map ({} bytes from {}), left by a crash before a flush ended",
@@ -120,6 +97,55 @@ final class OverlayMap implements Closeable {
             throw e;
         }
     }
+
+    /** Replays the records of {@code ch} into {@code states}: where the first bad record starts, and how many were good. */
+    private static long[] replay(FileChannel ch, byte[] states, String name) throws IOException {
+        long size = ch.size(), at = HEADER, count = 0;
+        ByteBuffer buf = ByteBuffer.allocateDirect(64 * RECORD * 64);
+        CRC32C crc = new CRC32C();
+        replay:
+        while (at < size) {
+            buf.clear();
+            long chunkAt = at;
+            while (buf.hasRemaining() && chunkAt + buf.position() < size && ch.read(buf, chunkAt + buf.position()) > 0) { /* on */ }
+            buf.flip();
+            while (buf.remaining() >= RECORD) {
+                long block = buf.getLong(buf.position());
+                int state = buf.getInt(buf.position() + 8), sum = buf.getInt(buf.position() + 12);
+                crc.reset();
+                crc.update(buf.slice(buf.position(), 12));
+                if ((int) crc.getValue() != sum || (state != Overlay.DATA && state != Overlay.ZERO)) break replay;
+                if (block < 0 || block >= states.length) {
+                    throw new IOException("overlay '" + name + "': its map names block " + block + " of " + states.length
+                        + "; the map is damaged, refusing it");
+                }
+                states[(int) block] = (byte) state;
+                buf.position(buf.position() + RECORD);
+                at += RECORD;
+                count++;
+            }
+            if (buf.hasRemaining()) break; // a partial record at the very end
+        }
+        return new long[] {at, count};
+    }
+
+    /**
+     * What the map at {@code file} says, read without changing it (for {@code jnbd overlay list}): its header, and the
+     * state of each block as the records that are whole have it.
+     */
+    static Summary summary(Path file, String name) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            ByteBuffer head = ByteBuffer.allocate(HEADER);
+            while (head.hasRemaining() && ch.read(head, head.position()) > 0) { /* read on */ }
+            Header h = decodeHeader(head.flip());
+            if (h == null) throw new IOException("overlay '" + name + "': its map " + file + " has a damaged header");
+            byte[] states = new byte[Overlay.blocks(h.size(), h.blockSize())];
+            replay(ch, states, name);
+            return new Summary(h, states);
+        }
+    }
+
+    record Summary(Header header, byte[] states) {}
 
     /** Appends a record for each of the first {@code n} {@code blocks} with its state in {@code states}, and makes them durable. */
     void append(int[] blocks, byte[] states, int n) throws IOException {
