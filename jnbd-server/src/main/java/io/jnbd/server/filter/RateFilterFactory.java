@@ -94,14 +94,17 @@ public final class RateFilterFactory implements FilterFactory {
             if (Files.exists(file)) {
                 String line;
                 try {
-                    line = Files.readString(file).lines().findFirst().orElse("");
+                    line = RateSource.firstLine(file);
                 } catch (IOException | RuntimeException e) {
                     throw new IllegalArgumentException(fileKey + "=" + file + " cannot be read: " + e.getMessage());
                 }
                 try {
                     parseBits(fileKey, line);
                 } catch (IllegalArgumentException e) {
-                    throw new IllegalArgumentException(fileKey + "=" + file + " holds '" + line.strip() + "', not a rate in bits per second");
+                    String shown = line.strip();
+                    boolean printable = shown.length() <= 40 && shown.chars().allMatch(c -> c >= 0x20 && c < 0x7f);
+                    throw new IllegalArgumentException(fileKey + "=" + file + (printable ? " holds '" + shown + "', not"
+                        : " does not hold") + " a rate in bits per second");
                 }
             } else if (rate == 0) {
                 throw new IllegalArgumentException(fileKey + "=" + file + ": no such file, and no " + key + "= to start from");

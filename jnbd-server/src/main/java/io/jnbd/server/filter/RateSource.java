@@ -1,6 +1,8 @@
 package io.jnbd.server.filter;
 
 import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.concurrent.atomic.AtomicLong;
@@ -45,13 +47,12 @@ final class RateSource {
     }
 
     private void reread() {
-        String text;
+        String line;
         try {
-            text = Files.readString(file);
+            line = firstLine(file);
         } catch (IOException | RuntimeException e) {
             return; // missing, or being replaced: the last rate stays
         }
-        String line = text.lines().findFirst().orElse("");
         long r;
         try {
             r = RateFilterFactory.parseBits(key, line);
@@ -59,8 +60,15 @@ final class RateSource {
             log.debug("{}: {}", file, e.getMessage());
             return;
         }
-        if (r != rate) log.debug("{}: the rate is now {} bits/s", file, RateFilterFactory.text(r));
+        if (r != rate) log.info("{}={}: the rate is now {} bits/s", key + "-file", file, RateFilterFactory.text(r));
         rate = r;
+    }
+
+    /** The file's first line, from its first bytes only: a rate is short, and a path to a device must not hang. */
+    static String firstLine(Path file) throws IOException {
+        try (InputStream in = Files.newInputStream(file)) {
+            return new String(in.readNBytes(256), StandardCharsets.US_ASCII).lines().findFirst().orElse("");
+        }
     }
 
     /** {@code 800M bits/s}, {@code 800M bits/s or as /tmp/rate says}, {@code as /tmp/rate says}. */

@@ -98,6 +98,8 @@ class RateFilterTest {
         Path garbage = Files.writeString(dir.resolve("garbage"), "lots\n");
         assertThatThrownBy(() -> options("rate-file", garbage.toString()))
             .hasMessage("rate-file=" + garbage + " holds 'lots', not a rate in bits per second");
+        assertThatThrownBy(() -> options("rate", "1M", "rate-file", "/dev/zero")).as("its first bytes only, not forever")
+            .hasMessage("rate-file=/dev/zero does not hold a rate in bits per second");
         assertThatThrownBy(() -> options("rate", "1M", "rate-file", dir.toString()))
             .hasMessage("rate-file=" + dir + " is a directory, not a file holding a rate");
     }
