@@ -23,7 +23,8 @@ import org.slf4j.LoggerFactory;
  * <p>A request goes one way through four pieces: {@link Intake} receives it, this class validates it and takes
  * its share of the {@link Window}, the {@link Dispatcher} serves each batch by the route its {@link DataPath}
  * allows, and {@link Replies} encodes the answer that the connection's {@link ReplyWriter} sends. Each request
- * holds its share of the window from the moment it is read until its reply is on the wire.
+ * holds its share of the window from the moment it is read until its reply is on the wire. Requests go to the
+ * export's view for this connection (Backend.forConnection), which is ended once, however the connection ends.
  *
  * <p>The connection speaks over its socket's transport until the client asks for STARTTLS, then over TLS on the
  * same socket: {@link #transport} is whichever the handshake ended with. Stopping the connection goes through the
@@ -186,6 +187,15 @@ final class Connection implements Runnable {
         }
     }
 
+    /** Ends the export's view for this connection, once; a filter failing at it must not hide why the connection ended. */
+    private void connectionEnded(io.jnbd.server.backend.Backend view) {
+        try {
+            view.connectionClosed();
+        } catch (RuntimeException | Error e) {
+            log.error("{}: freeing the connection's state in {} failed", peer, view.describe(), e);
+        }
+    }
+
     /** Sets a TCP socket's send queue for what the transmission phase sends: see ServerConfig.TLS_UNSENT_LIMIT. */
     private void sizeSendQueue() {
         if (address == null) return;
@@ -220,81 +230,86 @@ final class Connection implements Runnable {
         Replies replies = new Replies(session, stats, peer);
         DataPath path = DataPath.of(session.export(), transport.zeroCopyFiles(), server.executorFor(session.export().backend()),
             server.buffers(), replies, stats, dispatcher);
-        dispatcher.use(path);
-        writer = out;
-        Thread writerThread = Thread.ofVirtual().name("jnbd-writer-" + peer).start(out);
-        List<InFlight> batch = new ArrayList<>();
-        Runnable submit = () -> dispatcher.submit(batch);
-        // The budget may be held by this very batch's payloads: submit them before waiting for more.
-        Intake.Leaser leaser = size -> {
-            BufferPool.Lease lease = server.buffers().tryAcquire(size, 0);
-            if (lease != null) return lease;
-            submit.run();
-            return server.buffers().acquire(size);
-        };
-        String end = "client disconnected";
         try {
-            while (true) {
-                Request r = in.next();
-                if (r == null) {
-                    // Everything received so far is parsed: hand it over before waiting for more. Requests still
-                    // being served will reply on their own time: then the CPU is better left to the I/O threads
-                    // than spent polling for the next request.
-                    submit.run();
-                    if (!in.fill(window.inFlight() == 0)) {
-                        end = stopRequested ? "closed by server shutdown" : "client disconnected";
+            dispatcher.use(path);
+            writer = out;
+            Thread writerThread = Thread.ofVirtual().name("jnbd-writer-" + peer).start(out);
+            List<InFlight> batch = new ArrayList<>();
+            Runnable submit = () -> dispatcher.submit(batch);
+            // The budget may be held by this very batch's payloads: submit them before waiting for more.
+            Intake.Leaser leaser = size -> {
+                BufferPool.Lease lease = server.buffers().tryAcquire(size, 0);
+                if (lease != null) return lease;
+                submit.run();
+                return server.buffers().acquire(size);
+            };
+            String end = "client disconnected";
+            try {
+                while (true) {
+                    Request r = in.next();
+                    if (r == null) {
+                        // Everything received so far is parsed: hand it over before waiting for more. Requests still
+                        // being served will reply on their own time: then the CPU is better left to the I/O threads
+                        // than spent polling for the next request.
+                        submit.run();
+                        if (!in.fill(window.inFlight() == 0)) {
+                            end = stopRequested ? "closed by server shutdown" : "client disconnected";
+                            break;
+                        }
+                        continue;
+                    }
+                    long received = System.nanoTime();
+                    stats.request(r.type());
+                    if (r.type() == Nbd.CMD_DISC) {
+                        end = "client sent DISC";
                         break;
                     }
-                    continue;
-                }
-                long received = System.nanoTime();
-                stats.request(r.type());
-                if (r.type() == Nbd.CMD_DISC) {
-                    end = "client sent DISC";
-                    break;
-                }
-                int error = validator.check(r);
-                if (r.hasPayload() && error != 0) {
-                    if (r.length() > config.maxPayload() && r.length() > config.writeDiscardLimit()) {
-                        throw new ProtocolException("refused a write of " + r.length() + " bytes, too long to read and drop");
+                    int error = validator.check(r);
+                    if (r.hasPayload() && error != 0) {
+                        if (r.length() > config.maxPayload() && r.length() > config.writeDiscardLimit()) {
+                            throw new ProtocolException("refused a write of " + r.length() + " bytes, too long to read and drop");
+                        }
+                        in.discard(r.length());
                     }
-                    in.discard(r.length());
-                }
-                InFlight f = new InFlight(r, received,
-                    error == 0 ? Window.bytePermits(r, path.zeroCopy(), session.export().streamed(r)) : 0);
-                window.acquire(f, submit);
-                if (error != 0) {
-                    dispatcher.emit(replies.error(f, error, RequestValidator.message(r, error)));
-                    continue;
-                }
-                if (dispatcher.inPieces(f)) {
-                    submit.run(); // what came before goes first: this request's pieces may take a while
-                    dispatcher.serveInPieces(f, in, leaser);
-                    continue;
-                }
-                if (r.hasPayload() && r.length() > 0) {
-                    Payload payload = new Payload();
-                    f.payload = payload;
-                    try {
-                        in.receivePayload(r.length(), Intake.PIECE, leaser, (at, piece) -> payload.add(piece));
-                    } catch (IOException | InterruptedException | RuntimeException e) {
-                        window.completed(f);
-                        throw e;
+                    InFlight f = new InFlight(r, received,
+                        error == 0 ? Window.bytePermits(r, path.zeroCopy(), session.export().streamed(r)) : 0);
+                    window.acquire(f, submit);
+                    if (error != 0) {
+                        dispatcher.emit(replies.error(f, error, RequestValidator.message(r, error)));
+                        continue;
                     }
+                    if (dispatcher.inPieces(f)) {
+                        submit.run(); // what came before goes first: this request's pieces may take a while
+                        dispatcher.serveInPieces(f, in, leaser);
+                        continue;
+                    }
+                    if (r.hasPayload() && r.length() > 0) {
+                        Payload payload = new Payload();
+                        f.payload = payload;
+                        try {
+                            in.receivePayload(r.length(), Intake.PIECE, leaser, (at, piece) -> payload.add(piece));
+                        } catch (IOException | InterruptedException | RuntimeException e) {
+                            window.completed(f);
+                            throw e;
+                        }
+                    }
+                    batch.add(f);
                 }
-                batch.add(f);
+            } finally {
+                submit.run();
+                // Serve what was already accepted, then let the writer drain and stop.
+                window.drain(60);
+                out.finish();
+                writerThread.join(TimeUnit.SECONDS.toMillis(10));
+                if (writerThread.isAlive()) {
+                    abort(); // wakes a writer stuck on a client that does not read
+                    writerThread.join();
+                }
             }
+            return end;
         } finally {
-            submit.run();
-            // Serve what was already accepted, then let the writer drain and stop.
-            window.drain(60);
-            out.finish();
-            writerThread.join(TimeUnit.SECONDS.toMillis(10));
-            if (writerThread.isAlive()) {
-                abort(); // wakes a writer stuck on a client that does not read
-                writerThread.join();
-            }
+            // After the drain: the requests the view served are answered (or, past the drain's wait, abandoned).
+            connectionEnded(path.backend());
         }
-        return end;
     }
 }

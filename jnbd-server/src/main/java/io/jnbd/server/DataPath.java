@@ -9,6 +9,9 @@ import java.util.concurrent.Executor;
  * How one connection's requests reach its export, settled once when the client connects rather than guessed
  * per request: which of the backend's fast paths apply, where its blocking calls run, and where replies go.
  *
+ * @param backend        the export's view for this connection ({@link Backend#forConnection}): every request of the
+ *                       connection goes to it, on every route
+ *
  * @param zeroCopySource the file reads are sent from by sendfile (a cached file export on a transport that can), or
  *                       null: under TLS every byte must pass through the JVM to be encrypted, so reads go into pool
  *                       buffers as any other backend's do
@@ -37,13 +40,26 @@ record DataPath(Backend backend, PageCacheSource zeroCopySource, PageCacheSource
         boolean open();
     }
 
-    /** {@code zeroCopyTransport}: the connection's transport sends files without copying them (see Transport.zeroCopyFiles). */
+    /**
+     * The path of a connection that has just entered transmission. Its requests go to the export's view for this
+     * connection ({@link Backend#forConnection}), which the connection must end with {@link Backend#connectionClosed};
+     * the route is chosen from the export's chain, as its tuning and executor were, and the view must agree with it.
+     * {@code zeroCopyTransport}: the connection's transport sends files without copying them (see
+     * Transport.zeroCopyFiles).
+     */
     static DataPath of(Export export, boolean zeroCopyTransport, Executor work, BufferPool buffers, Replies replies,
                        ConnectionStats stats, ReplySink sink) {
-        Backend b = export.backend();
-        PageCacheSource pageCache = b.has(Backend.Trait.ZERO_COPY) ? b.pageCache() : null;
-        return new DataPath(b, zeroCopyTransport ? pageCache : null, pageCache,
-            b.has(Backend.Trait.ASYNC), b.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
+        Backend chain = export.backend();
+        PageCacheSource pageCache = chain.has(Backend.Trait.ZERO_COPY) ? chain.pageCache() : null;
+        Backend view = chain.forConnection();
+        // A view on another route than its export's would skip a filter (sendfile past it) or wait where nothing may.
+        if (!view.traits().equals(chain.traits()) || view.pageCache() != chain.pageCache()) {
+            view.connectionClosed();
+            throw new IllegalStateException("the view of " + chain.describe() + " for a connection has traits " + view.traits()
+                + ", the export " + chain.traits() + ": a filter's forConnection must keep them");
+        }
+        return new DataPath(view, zeroCopyTransport ? pageCache : null, pageCache,
+            chain.has(Backend.Trait.ASYNC), chain.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
     }
 
     /**

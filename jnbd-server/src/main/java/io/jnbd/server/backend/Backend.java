@@ -128,6 +128,25 @@ public interface Backend extends AutoCloseable {
         return List.of(new Extent(length, false, false));
     }
 
+    /**
+     * The backend one client connection sends its requests to, asked once when its transmission phase begins: this
+     * backend itself unless something in the chain keeps state of each connection (the rate filter's
+     * {@code connection-rate=} bucket). A view shares everything of the export but that state, and its
+     * {@link #traits()} and {@link #pageCache()} are the export's: the server chooses the connection's data path from
+     * the export's chain and sends the requests to the view. A view is never closed; {@link #connectionClosed} ends it.
+     */
+    default Backend forConnection() {
+        return this;
+    }
+
+    /**
+     * Called once on what {@link #forConnection} returned when that connection has ended, however it ended (the
+     * client left, an error, the server stopping), after the requests it sent have been answered or abandoned: a
+     * filter frees what it kept for the connection. On server stop it may come after the export's {@link #close}, so
+     * it must not need the backend open.
+     */
+    default void connectionClosed() {}
+
     /** A short description for logs, e.g. {@code file:/var/lib/vm.img (cached)}. */
     String describe();
 

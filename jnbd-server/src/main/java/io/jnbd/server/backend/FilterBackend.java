@@ -17,8 +17,9 @@ import java.util.concurrent.CompletableFuture;
  * {@code readAsync}, a call on the connection's thread that must not wait), so a filter keeps a trait only by saying
  * so, after making sure that path does what its synchronous calls do.
  */
-public abstract class FilterBackend implements Backend {
-    protected final Backend inner;
+public abstract class FilterBackend implements Backend, Cloneable {
+    /** Set once, by the constructor, or by {@link #forConnection} on the copy it makes (see there). */
+    protected Backend inner;
 
     protected FilterBackend(Backend inner) {
         this.inner = java.util.Objects.requireNonNull(inner, "inner");
@@ -73,6 +74,38 @@ public abstract class FilterBackend implements Backend {
 
     @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
     @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }
+    /**
+     * This filter over the inner's view of the connection: itself when the inner has no state of its own for
+     * connections (the usual case: nothing is copied), else a shallow copy whose {@link #inner} is that view.
+     *
+     * <p>Why a shallow copy ({@link Object#clone}) rather than each filter building itself anew: the copy shares by
+     * reference everything the filter holds for the whole export (its configuration, a cache, counters, the
+     * export-wide bucket of the rate filter), which is what a request of any connection must meet; a filter written
+     * later gets this right without writing a method of its own, and a copy costs one object per connection. The one
+     * thing this asks of a filter: state for the whole export lives in objects its fields refer to (an
+     * {@code AtomicLong}, not a {@code long} field), which the copy shares. A filter with state of its own per
+     * connection overrides this method.
+     */
+    @Override
+    public Backend forConnection() {
+        Backend view = inner.forConnection();
+        return view == inner ? this : over(view);
+    }
+
+    /** A shallow copy of this filter in front of {@code view} (see {@link #forConnection}). */
+    protected final FilterBackend over(Backend view) {
+        try {
+            FilterBackend copy = (FilterBackend) super.clone();
+            copy.inner = java.util.Objects.requireNonNull(view, "view");
+            return copy;
+        } catch (CloneNotSupportedException e) {
+            throw new AssertionError("FilterBackend is Cloneable", e);
+        }
+    }
+
+    /** Passed inwards: a filter that kept state for the connection frees it, then passes the call on. */
+    @Override public void connectionClosed() { inner.connectionClosed(); }
+
     @Override public String describe() { return inner.describe(); }
     @Override public void close() throws IOException { inner.close(); }
 }

@@ -31,7 +31,7 @@ class FilterBackendTest {
     static Backend recording(List<Call> calls) {
         return (Backend) Proxy.newProxyInstance(Backend.class.getClassLoader(), new Class<?>[] {Backend.class},
             (proxy, m, args) -> {
-                Object answer = answer(m);
+                Object answer = m.getReturnType() == Backend.class ? proxy : answer(m); // forConnection: itself
                 calls.add(new Call(m, args == null ? List.of() : Arrays.asList(args), answer));
                 return answer;
             });
@@ -101,6 +101,11 @@ class FilterBackendTest {
                     assertThat(result).as("pageCache").isNull();
                     assertThat(calls).as("pageCache asks nothing of the inner").isEmpty();
                 }
+                // The inner has no view of its own for a connection, so neither has the filter: itself, not a copy.
+                case "forConnection" -> {
+                    assertThat(calls).extracting(c -> c.method().getName()).containsExactly("forConnection");
+                    assertThat(result).isSameAs(filter);
+                }
                 // Answered from the filter's own capabilities(), which a filter may narrow.
                 case "can" -> assertThat(calls).extracting(c -> c.method().getName()).containsExactly("capabilities");
                 default -> {
@@ -125,6 +130,73 @@ class FilterBackendTest {
             assertThat(changesReads.pageCache()).as("a filter that keeps no trait hides it").isNull();
             assertThat(new ReadOnlyFilter(changesReads).pageCache()).as("however far out").isNull();
         }
+    }
+
+    /** A backend with a view of its own for each connection, as a filter with connection state has. */
+    private static final class WithViews extends FilterForTests {
+        final List<FilterForTests> views = new ArrayList<>();
+        final List<Backend> closed = new ArrayList<>();
+
+        WithViews(Backend inner) {
+            super(inner);
+        }
+
+        @Override
+        public Backend forConnection() {
+            FilterForTests view = new FilterForTests(inner) {
+                @Override public void connectionClosed() { closed.add(this); }
+            };
+            views.add(view);
+            return view;
+        }
+    }
+
+    /** A filter in front of something with connection views: the same filter over each view, sharing its state. */
+    private static final class Counting extends FilterForTests {
+        final java.util.concurrent.atomic.AtomicInteger reads = new java.util.concurrent.atomic.AtomicInteger();
+
+        Counting(Backend inner) {
+            super(inner);
+        }
+
+        @Override
+        public void read(long offset, ByteBuffer dst) throws java.io.IOException {
+            reads.incrementAndGet();
+            inner.read(offset, dst);
+        }
+    }
+
+    @Test
+    void aFilterInFrontOfConnectionViewsIsCopiedOverEachSharingWhatItHolds() throws Exception {
+        WithViews views = new WithViews(new MemoryBackend(1 << 20));
+        Counting counting = new Counting(views);
+        Backend chain = new ReadOnlyFilter(counting);
+
+        Backend a = chain.forConnection(), b = chain.forConnection();
+        assertThat(views.views).hasSize(2);
+        assertThat(a).isNotSameAs(chain).isNotSameAs(b).isInstanceOf(ReadOnlyFilter.class);
+        Counting aCounting = (Counting) ((FilterBackend) a).inner(), bCounting = (Counting) ((FilterBackend) b).inner();
+        assertThat(aCounting).isNotSameAs(counting).isNotSameAs(bCounting);
+        assertThat(aCounting.inner()).isSameAs(views.views.get(0));
+        assertThat(bCounting.inner()).isSameAs(views.views.get(1));
+        assertThat(counting.inner()).as("the export's chain is left as it was").isSameAs(views);
+        assertThat(a.traits()).isEqualTo(chain.traits());
+
+        a.read(0, ByteBuffer.allocate(512));
+        b.read(0, ByteBuffer.allocate(512));
+        assertThat(counting.reads).as("state for the whole export is shared by the copies").hasValue(2);
+        assertThatThrownBy(() -> a.write(0, ByteBuffer.allocate(512), false)).isInstanceOf(NbdErrorException.class);
+
+        b.connectionClosed();
+        a.connectionClosed();
+        assertThat(views.closed).as("each view is told its connection ended, once").containsExactly(views.views.get(1), views.views.get(0));
+    }
+
+    @Test
+    void aChainWithoutConnectionStateIsItsOwnViewAndCopiesNothing() {
+        Backend chain = new ReadOnlyFilter(new Counting(new MemoryBackend(1 << 20)));
+        assertThat(chain.forConnection()).isSameAs(chain);
+        chain.connectionClosed(); // passed down to the memory backend's no-op
     }
 
     @Test
