@@ -395,9 +395,13 @@ class FilterMatrixInteropTest {
 
     // ---- the clients ----
 
-    /** qemu-io -f raw [-r] URI -c CMD...: every command runs, whether the ones before it failed or not. */
+    /**
+     * qemu-io -f raw -t writeback [-r] URI -c CMD...: every command runs, whether the ones before it failed or not.
+     * qemu-io's default cache mode is writethrough, which sends every write with FUA; writeback sends FUA only where
+     * a command asks for it (write -f), so that a write-back cache filter holds plain writes back.
+     */
     private static Interop.Result qemuIo(String uri, boolean readOnly, String... commands) {
-        List<String> argv = new ArrayList<>(List.of("qemu-io", "-f", "raw"));
+        List<String> argv = new ArrayList<>(List.of("qemu-io", "-f", "raw", "-t", "writeback"));
         if (readOnly) argv.add("-r");
         argv.add(uri);
         for (String c : commands) {
