@@ -45,6 +45,8 @@ final class CacheFilter extends FilterBackend {
     private static final Logger log = LoggerFactory.getLogger(CacheFilter.class);
     /** Blocks an NBD_CMD_CACHE fills under one hold of their stripes: a hint of a terabyte must not lock out the rest. */
     private static final int FILL_CHUNK = 256;
+    /** Bytes of adjacent dirty blocks a flush writes back in one call (but always at least a block). */
+    private static final int WRITE_BACK_RUN = 1 << 20;
 
     private final CacheConfig config;
     private final long size;
@@ -60,6 +62,8 @@ final class CacheFilter extends FilterBackend {
     /** Direct, never written: the source of the zeroes written over part of a stored block. */
     private final ByteBuffer zeroes;
     private final ConcurrentLinkedQueue<ByteBuffer> bounces = new ConcurrentLinkedQueue<>();
+    /** Buffers of {@link #WRITE_BACK_RUN} bytes for flushes; one a flush at a time. */
+    private final ConcurrentLinkedQueue<ByteBuffer> runBuffers = new ConcurrentLinkedQueue<>();
     private final LongAdder hits = new LongAdder(), misses = new LongAdder(), writtenBack = new LongAdder();
     private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -384,21 +388,53 @@ final class CacheFilter extends FilterBackend {
         if (innerFlush) inner.flush();
     }
 
-    /** Writes every dirty block back; goes on past a failure (as nbdkit does) and throws the first. */
+    /**
+     * Writes every dirty block back, adjacent ones together (up to {@link #WRITE_BACK_RUN} bytes a call: one round trip
+     * where the backend is remote, not one a block); goes on past a failure, as nbdkit does, and throws the first.
+     */
     private void writeBackAll() throws IOException {
         IOException failure = null;
-        for (long b = blocks.nextDirty(0, blocks.count()); b >= 0; b = blocks.nextDirty(b + 1, blocks.count())) {
-            blocks.lock(b);
-            try {
-                if (blocks.state(b) == DIRTY) writeBackBlock(b);
-            } catch (IOException e) {
-                log.error("cache: writing back block {} (offset {}) failed: {}", b, start(b), e.toString());
-                if (failure == null) failure = e;
-            } finally {
-                blocks.unlock(b);
+        long count = blocks.count(), most = Math.max(1, WRITE_BACK_RUN >>> shift);
+        ByteBuffer buffer = null;
+        try {
+            for (long b = blocks.nextDirty(0, count); b >= 0; ) {
+                long last = b;
+                while (last + 1 < count && last + 1 - b < most && blocks.state(last + 1) == DIRTY) last++;
+                blocks.lock(b, last);
+                try {
+                    // The states seen without the lock were a hint: write back the runs still dirty now.
+                    for (long from = b; from <= last; from++) {
+                        if (blocks.state(from) != DIRTY) continue;
+                        long to = from;
+                        while (to < last && blocks.state(to + 1) == DIRTY) to++;
+                        if (buffer == null) buffer = runBuffers.poll();
+                        if (buffer == null) buffer = ByteBuffer.allocateDirect((int) (most << shift));
+                        try {
+                            writeBackRun(from, to, buffer);
+                        } catch (IOException e) {
+                            log.error("cache: writing back blocks {}-{} (offset {}) failed: {}", from, to, start(from), e.toString());
+                            if (failure == null) failure = e;
+                        }
+                        from = to;
+                    }
+                } finally {
+                    blocks.unlock(b, last);
+                }
+                b = blocks.nextDirty(last + 1, count);
             }
+        } finally {
+            if (buffer != null) runBuffers.offer(buffer);
         }
         if (failure != null) throw failure;
+    }
+
+    /** Dirty blocks {@code from} to {@code to} to the backend in one call; the caller holds their stripes. */
+    private void writeBackRun(long from, long to, ByteBuffer buffer) throws IOException {
+        buffer.clear().limit((int) (start(to) + length(to) - start(from)));
+        file.read(start(from), buffer.duplicate());
+        inner.write(start(from), buffer, false);
+        for (long b = from; b <= to; b++) blocks.mark(b, CLEAN);
+        writtenBack.add(to - from + 1);
     }
 
     /** A dirty block to the backend; the caller holds its stripe. */

@@ -7,6 +7,8 @@ import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.FilterFactory;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.EnumSet;
 import java.util.LinkedHashSet;
@@ -100,10 +102,14 @@ public final class CacheFilterFactory implements FilterFactory {
 
     @Override
     public FilterBackend wrap(Backend inner, BackendOptions options) {
+        Path dir = tmpdir();
         try {
-            return new CacheFilter(inner, config(options), tmpdir());
+            if (!Files.isDirectory(dir)) throw new NoSuchFileException(dir.toString(), null, "no such directory");
+            return new CacheFilter(inner, config(options), dir);
         } catch (IOException e) {
-            throw new UncheckedIOException("filter=cache: cannot make its file in " + tmpdir() + ": " + e.getMessage(), e);
+            // The interface's wrap throws nothing checked; FilterStack's callers report this one line as it is.
+            throw new UncheckedIOException("filter=cache: cannot make its file in " + dir + " ($TMPDIR, else java.io.tmpdir): "
+                + (e instanceof NoSuchFileException n && n.getReason() != null ? n.getReason() : e.toString()), e);
         }
     }
 

@@ -164,6 +164,18 @@ class CacheFilterTest {
     }
 
     @Test
+    void aFlushWritesAdjacentDirtyBlocksBackTogether() throws IOException {
+        CountingBackend inner = new CountingBackend(4 << 20);
+        try (CacheFilter c = cache(inner)) {
+            for (int i = 0; i < 20; i++) write(c, (long) i * K64, pattern(i, K64), false);
+            write(c, 30L * K64 + 7, pattern(30, 10), false);
+            c.flush();
+            assertThat(inner.writes.get()).as("blocks 0-15, 16-19 (1 MiB a call) and 30").isEqualTo(3);
+            for (int i = 0; i < 20; i++) assertThat(inner.bytes((long) i * K64, K64)).isEqualTo(pattern(i, K64));
+        }
+    }
+
+    @Test
     void aFuaWriteInWritebackGoesThroughAndLeavesTheOtherDirtyBlocksBehind() throws IOException {
         CountingBackend inner = new CountingBackend(1 << 20);
         try (CacheFilter c = cache(inner)) {
