@@ -340,6 +340,7 @@ final class CacheFilter extends FilterBackend {
 
     @Override
     public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException {
+        if (length == 0) return;
         long end = offset + length, first = blockOf(offset), last = blockOf(end - 1);
         blocks.lock(first, last);
         try {
@@ -362,6 +363,7 @@ final class CacheFilter extends FilterBackend {
 
     @Override
     public void trim(long offset, long length, boolean fua) throws IOException {
+        if (length == 0) return;
         long end = offset + length, first = blockOf(offset), last = blockOf(end - 1);
         blocks.lock(first, last);
         try {
@@ -453,6 +455,7 @@ final class CacheFilter extends FilterBackend {
     /** Fills the cache with the blocks of the range, whatever cache-on-read says (nbdkit's NBD_CMD_CACHE). */
     @Override
     public void cache(long offset, long length) throws IOException {
+        if (length == 0) return;
         makeRoom();
         long last = blockOf(offset + length - 1);
         for (long first = blockOf(offset); first <= last; first += FILL_CHUNK) {

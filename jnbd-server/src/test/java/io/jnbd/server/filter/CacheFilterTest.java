@@ -321,6 +321,10 @@ class CacheFilterTest {
             assertThat(c.residentBlocks()).isEqualTo(2);
             assertThat(read(c, 2 * K64, K64 - 10)).as("the stored part the trim covers in part stays")
                 .isEqualTo(java.util.Arrays.copyOfRange(expected, 2 * K64, 3 * K64 - 10));
+            c.zero(0, 0, false, false, false);
+            c.trim(0, 0, false);
+            c.cache(0, 0);
+            assertThat(c.residentBlocks()).as("requests of no bytes change nothing").isEqualTo(2);
             c.flush();
             assertThat(inner.bytes(0, 3 * K64 - 10)).isEqualTo(java.util.Arrays.copyOf(expected, 3 * K64 - 10));
         }
