@@ -30,14 +30,19 @@ final class CacheBlocks implements AutoCloseable {
 
     private final Arena arena = Arena.ofShared();
     private final MemorySegment table;
+    private final long size;
+    private final int shift;
     private final long count;
     private final ReentrantLock[] stripes;
     private final AtomicLong resident = new AtomicLong();
     private final AtomicLong dirty = new AtomicLong();
     private final AtomicLong hand = new AtomicLong();
 
-    CacheBlocks(long count) {
-        this.count = count;
+    /** The blocks of an export of {@code size} bytes, {@code blockSize} (a power of two) each; the last may be short. */
+    CacheBlocks(long size, int blockSize) {
+        this.size = size;
+        this.shift = Integer.numberOfTrailingZeros(blockSize);
+        this.count = (size + blockSize - 1) >>> shift;
         this.table = arena.allocate(Math.max(1, count)); // zeroed: every block ABSENT
         int n = (int) Math.min(MAX_STRIPES, Math.max(1, Long.highestOneBit(Math.max(1, count - 1)) << 1));
         this.stripes = new ReentrantLock[n];
@@ -46,6 +51,21 @@ final class CacheBlocks implements AutoCloseable {
 
     long count() {
         return count;
+    }
+
+    /** The block holding byte {@code offset}. */
+    long blockOf(long offset) {
+        return offset >>> shift;
+    }
+
+    /** Where block {@code b} starts. */
+    long start(long b) {
+        return b << shift;
+    }
+
+    /** Its length: the block size, but for a short last block. */
+    int length(long b) {
+        return (int) Math.min(1L << shift, size - start(b));
     }
 
     /** Places taken, blocks being filled included. */

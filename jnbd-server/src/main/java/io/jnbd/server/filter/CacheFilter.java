@@ -15,16 +15,13 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.LongAdder;
-import java.util.concurrent.locks.ReentrantLock;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * nbdkit's cache filter: blocks of the backend kept in a local file ({@link CacheFile}), their states in
- * {@link CacheBlocks}. Every call locks the stripes of the blocks it touches for as long as it works on them, the
+ * nbdkit's cache filter: what each request does with the blocks a {@link CacheStore} holds (in a local file, their
+ * states in {@link CacheBlocks}). Every call locks the stripes of the blocks it touches for as long as it works on them, the
  * backend's calls included, so a block's state, its bytes in the file and the backend's agree whenever a stripe is
  * free; requests over different blocks run side by side.
  *
@@ -45,26 +42,18 @@ final class CacheFilter extends FilterBackend {
     private static final Logger log = LoggerFactory.getLogger(CacheFilter.class);
     /** Blocks an NBD_CMD_CACHE fills under one hold of their stripes: a hint of a terabyte must not lock out the rest. */
     private static final int FILL_CHUNK = 256;
-    /** Bytes of adjacent dirty blocks a flush writes back in one call (but always at least a block). */
-    private static final int WRITE_BACK_RUN = 1 << 20;
 
     private final CacheConfig config;
     private final long size;
     private final int blockSize;
-    private final int shift;
+    private final CacheStore store;
     private final CacheBlocks blocks;
     private final CacheFile file;
-    private final long maxBlocks, highBlocks, lowBlocks;
     private final boolean innerFua, innerFlush, innerWrite;
     private final Set<Capability> capabilities;
     private final Set<Trait> traits;
-    private final ReentrantLock reclaiming = new ReentrantLock();
     /** Direct, never written: the source of the zeroes written over part of a stored block. */
     private final ByteBuffer zeroes;
-    private final ConcurrentLinkedQueue<ByteBuffer> bounces = new ConcurrentLinkedQueue<>();
-    /** Buffers of {@link #WRITE_BACK_RUN} bytes for flushes; one a flush at a time. */
-    private final ConcurrentLinkedQueue<ByteBuffer> runBuffers = new ConcurrentLinkedQueue<>();
-    private final LongAdder hits = new LongAdder(), misses = new LongAdder(), writtenBack = new LongAdder();
     private final AtomicBoolean closed = new AtomicBoolean();
 
     CacheFilter(Backend inner, CacheConfig config, Path dir) throws IOException {
@@ -72,24 +61,15 @@ final class CacheFilter extends FilterBackend {
         this.config = config;
         this.size = inner.size();
         this.blockSize = config.blockSize();
-        this.shift = Integer.numberOfTrailingZeros(blockSize);
-        long count = (size + blockSize - 1) >>> shift;
-        this.maxBlocks = config.maxSize() < 0 ? count : Math.min(count, config.maxSize() >>> shift);
-        this.highBlocks = config.maxSize() < 0 ? count : Math.max(1, maxBlocks * config.high() / 100);
-        this.lowBlocks = config.maxSize() < 0 ? count : maxBlocks * config.low() / 100;
         this.innerFua = inner.can(Capability.FUA);
         this.innerFlush = inner.can(Capability.FLUSH);
         this.innerWrite = inner.can(Capability.WRITE);
         this.capabilities = CacheFilterFactory.capabilities(config.mode(), inner.capabilities());
         this.traits = new CacheFilterFactory().traits(inner.traits());
         this.zeroes = ByteBuffer.allocateDirect(blockSize).asReadOnlyBuffer();
-        this.blocks = new CacheBlocks(count);
-        try {
-            this.file = CacheFile.create(dir);
-        } catch (IOException e) {
-            blocks.close();
-            throw e;
-        }
+        this.store = new CacheStore(inner, config, dir);
+        this.blocks = store.blocks;
+        this.file = store.file;
     }
 
     @Override public Set<Capability> capabilities() { return capabilities; }
@@ -105,13 +85,13 @@ final class CacheFilter extends FilterBackend {
 
     @Override
     public String describe() {
-        return config.describe() + " [" + CacheConfig.size(blocks.resident() << shift) + " cached, "
-            + CacheConfig.size(blocks.dirty() << shift) + " dirty] -> " + inner.describe();
+        return config.describe() + " [" + CacheConfig.size(blocks.resident() * blockSize) + " cached, "
+            + CacheConfig.size(blocks.dirty() * blockSize) + " dirty] -> " + inner.describe();
     }
 
-    private long blockOf(long offset) { return offset >>> shift; }
-    private long start(long b) { return b << shift; }
-    private int length(long b) { return (int) Math.min(blockSize, size - start(b)); }
+    private long blockOf(long offset) { return blocks.blockOf(offset); }
+    private long start(long b) { return blocks.start(b); }
+    private int length(long b) { return blocks.length(b); }
 
     /** Bytes [from, to) of a request at {@code offset} whose buffer starts at {@code base}. */
     private static ByteBuffer piece(ByteBuffer buf, int base, long offset, long from, long to) {
@@ -125,7 +105,7 @@ final class CacheFilter extends FilterBackend {
         int n = dst.remaining();
         if (n == 0) return;
         boolean keep = config.cacheOnRead();
-        if (keep) makeRoom();
+        if (keep) store.makeRoom();
         int base = dst.position();
         long end = offset + n, first = blockOf(offset), last = blockOf(end - 1);
         blocks.lock(first, last);
@@ -142,9 +122,9 @@ final class CacheFilter extends FilterBackend {
                 if (stored) {
                     file.read(pos, p);
                     for (long k = b; k < next; k++) blocks.touch(k);
-                    hits.add(next - b);
+                    store.hits.add(next - b);
                 } else {
-                    misses.add(next - b);
+                    store.misses.add(next - b);
                     if (keep) readAndKeep(pos, runEnd, p, first, last);
                     else inner.read(pos, p);
                 }
@@ -167,7 +147,7 @@ final class CacheFilter extends FilterBackend {
                 long wholeEnd = to == size ? to : start(blockOf(to));
                 inner.read(pos, piece(p, 0, from, pos, wholeEnd));
                 for (long k = b; start(k) < wholeEnd; k++) {
-                    if (!admit(first, last)) break;
+                    if (!store.admit(first, last)) break;
                     try {
                         file.write(start(k), piece(p, 0, from, start(k), start(k) + length(k)));
                     } catch (IOException e) {
@@ -178,12 +158,12 @@ final class CacheFilter extends FilterBackend {
                 }
                 pos = wholeEnd;
             } else {
-                ByteBuffer bounce = bounce(b);
+                ByteBuffer bounce = store.bounce(b);
                 try {
                     inner.read(start(b), bounce.duplicate());
                     long pieceEnd = Math.min(to, bEnd);
                     p.put((int) (pos - from), bounce, (int) (pos - start(b)), (int) (pieceEnd - pos));
-                    if (admit(first, last)) {
+                    if (store.admit(first, last)) {
                         try {
                             file.write(start(b), bounce);
                         } catch (IOException e) {
@@ -194,7 +174,7 @@ final class CacheFilter extends FilterBackend {
                     }
                     pos = pieceEnd;
                 } finally {
-                    release(bounce);
+                    store.release(bounce);
                 }
             }
         }
@@ -217,7 +197,7 @@ final class CacheFilter extends FilterBackend {
         int n = src.remaining();
         if (n == 0) return;
         boolean through = config.mode() == CacheConfig.Mode.WRITETHROUGH || (fua && config.mode() == CacheConfig.Mode.WRITEBACK);
-        makeRoom();
+        store.makeRoom();
         int base = src.position();
         long end = offset + n, first = blockOf(offset), last = blockOf(end - 1);
         blocks.lock(first, last);
@@ -265,10 +245,10 @@ final class CacheFilter extends FilterBackend {
             blocks.touch(b);
             return true;
         }
-        if (!admit(first, last)) return false;
+        if (!store.admit(first, last)) return false;
         if (from != start(b) || to != start(b) + length(b)) {
             try {
-                fill(b);
+                store.fill(b);
             } catch (IOException e) {
                 blocks.unreserve();
                 throw e;
@@ -286,7 +266,7 @@ final class CacheFilter extends FilterBackend {
             long from = Math.max(offset, start(b)), to = Math.min(end, start(b) + length(b));
             int state = blocks.state(b);
             if (state == ABSENT) {
-                if (from != start(b) || to != start(b) + length(b) || !admit(first, last)) continue;
+                if (from != start(b) || to != start(b) + length(b) || !store.admit(first, last)) continue;
                 try {
                     file.write(from, piece(src, base, offset, from, to));
                 } catch (IOException e) {
@@ -300,7 +280,7 @@ final class CacheFilter extends FilterBackend {
                     blocks.touch(b);
                 } catch (IOException e) {
                     // A clean block that missed the write would read old bytes: drop it, the backend has them.
-                    if (state == CLEAN) evict(b);
+                    if (state == CLEAN) store.evict(b);
                     throw e;
                 }
             }
@@ -350,7 +330,7 @@ final class CacheFilter extends FilterBackend {
                 if (blocks.state(b) == ABSENT) continue;
                 long from = Math.max(offset, start(b)), to = Math.min(end, start(b) + length(b));
                 if (from == start(b) && to == start(b) + length(b)) {
-                    evict(b);
+                    store.evict(b);
                 } else {
                     file.write(from, zeroes.slice(0, (int) (to - from)));
                     blocks.touch(b);
@@ -374,7 +354,7 @@ final class CacheFilter extends FilterBackend {
             if (to > from) inner.trim(from, to - from, fuaDown(fua));
             afterFua(fua);
             for (long b = blockOf(from); b <= last && start(b) + length(b) <= to; b++) {
-                if (start(b) >= from && blocks.state(b) != ABSENT) evict(b);
+                if (start(b) >= from && blocks.state(b) != ABSENT) store.evict(b);
             }
         } finally {
             blocks.unlock(first, last);
@@ -386,77 +366,15 @@ final class CacheFilter extends FilterBackend {
     @Override
     public void flush() throws IOException {
         if (config.mode() == CacheConfig.Mode.UNSAFE) return;
-        writeBackAll();
+        store.writeBackAll();
         if (innerFlush) inner.flush();
-    }
-
-    /**
-     * Writes every dirty block back, adjacent ones together (up to {@link #WRITE_BACK_RUN} bytes a call: one round trip
-     * where the backend is remote, not one a block); goes on past a failure, as nbdkit does, and throws the first.
-     */
-    private void writeBackAll() throws IOException {
-        IOException failure = null;
-        long count = blocks.count(), most = Math.max(1, WRITE_BACK_RUN >>> shift);
-        ByteBuffer buffer = null;
-        try {
-            for (long b = blocks.nextDirty(0, count); b >= 0; ) {
-                long last = b;
-                while (last + 1 < count && last + 1 - b < most && blocks.state(last + 1) == DIRTY) last++;
-                blocks.lock(b, last);
-                try {
-                    // The states seen without the lock were a hint: write back the runs still dirty now.
-                    for (long from = b; from <= last; from++) {
-                        if (blocks.state(from) != DIRTY) continue;
-                        long to = from;
-                        while (to < last && blocks.state(to + 1) == DIRTY) to++;
-                        if (buffer == null) buffer = runBuffers.poll();
-                        if (buffer == null) buffer = ByteBuffer.allocateDirect((int) (most << shift));
-                        try {
-                            writeBackRun(from, to, buffer);
-                        } catch (IOException e) {
-                            log.error("cache: writing back blocks {}-{} (offset {}) failed: {}", from, to, start(from), e.toString());
-                            if (failure == null) failure = e;
-                        }
-                        from = to;
-                    }
-                } finally {
-                    blocks.unlock(b, last);
-                }
-                b = blocks.nextDirty(last + 1, count);
-            }
-        } finally {
-            if (buffer != null) runBuffers.offer(buffer);
-        }
-        if (failure != null) throw failure;
-    }
-
-    /** Dirty blocks {@code from} to {@code to} to the backend in one call; the caller holds their stripes. */
-    private void writeBackRun(long from, long to, ByteBuffer buffer) throws IOException {
-        buffer.clear().limit((int) (start(to) + length(to) - start(from)));
-        file.read(start(from), buffer.duplicate());
-        inner.write(start(from), buffer, false);
-        for (long b = from; b <= to; b++) blocks.mark(b, CLEAN);
-        writtenBack.add(to - from + 1);
-    }
-
-    /** A dirty block to the backend; the caller holds its stripe. */
-    private void writeBackBlock(long b) throws IOException {
-        ByteBuffer bounce = bounce(b);
-        try {
-            file.read(start(b), bounce.duplicate());
-            inner.write(start(b), bounce, false);
-            blocks.mark(b, CLEAN);
-            writtenBack.increment();
-        } finally {
-            release(bounce);
-        }
     }
 
     /** Fills the cache with the blocks of the range, whatever cache-on-read says (nbdkit's NBD_CMD_CACHE). */
     @Override
     public void cache(long offset, long length) throws IOException {
         if (length == 0) return;
-        makeRoom();
+        store.makeRoom();
         long last = blockOf(offset + length - 1);
         for (long first = blockOf(offset); first <= last; first += FILL_CHUNK) {
             long chunkLast = Math.min(last, first + FILL_CHUNK - 1);
@@ -467,9 +385,9 @@ final class CacheFilter extends FilterBackend {
                         blocks.touch(b);
                         continue;
                     }
-                    if (!admit(first, chunkLast)) return; // full of what is in use: the rest stays a hint
+                    if (!store.admit(first, chunkLast)) return; // full of what is in use: the rest stays a hint
                     try {
-                        fill(b);
+                        store.fill(b);
                     } catch (IOException e) {
                         blocks.unreserve();
                         throw e;
@@ -523,98 +441,6 @@ final class CacheFilter extends FilterBackend {
         }
     }
 
-    // ---- places: admission and reclaim
-
-    /**
-     * Takes a place for one more block, evicting a clean block outside [first, last] that has not been used for a lap
-     * if the cache is full; false if none can be had now. The caller holds the stripes of [first, last], so it takes
-     * others only if they are free.
-     */
-    private boolean admit(long first, long last) {
-        if (blocks.reserve(maxBlocks)) return true;
-        long tries = 2 * blocks.resident() + 2;
-        for (long i = 0; i < tries; i++) {
-            long v = blocks.advanceHand();
-            if (v < 0) return false;
-            if (v >= first && v <= last) continue;
-            if (!blocks.tryLock(v)) continue;
-            try {
-                if (blocks.state(v) != CLEAN) continue;
-                if (blocks.referenced(v)) {
-                    blocks.clearReference(v);
-                    continue;
-                }
-                evict(v);
-            } catch (IOException e) {
-                log.warn("cache: reclaiming block {} failed: {}", v, e.toString());
-                continue;
-            } finally {
-                blocks.unlock(v);
-            }
-            if (blocks.reserve(maxBlocks)) return true;
-        }
-        return false;
-    }
-
-    /**
-     * Once the cache holds more than the high threshold of cache-max-size, brings it under the low one, as nbdkit
-     * does: the clock hand clears reference bits, writes back dirty blocks it finds unused (they are evicted on its
-     * next lap unless used meanwhile) and evicts unused clean ones. Called holding no stripe; one thread at a time.
-     */
-    private void makeRoom() {
-        if (blocks.resident() < highBlocks || maxBlocks >= blocks.count() || !reclaiming.tryLock()) return;
-        try {
-            long steps = 3 * blocks.resident() + 3;
-            while (blocks.resident() > lowBlocks && steps-- > 0) {
-                long v = blocks.advanceHand();
-                if (v < 0) return;
-                blocks.lock(v);
-                try {
-                    int state = blocks.state(v);
-                    if (state == ABSENT) continue;
-                    if (blocks.referenced(v)) blocks.clearReference(v);
-                    else if (state == DIRTY) writeBackBlock(v);
-                    else evict(v);
-                } catch (IOException e) {
-                    log.warn("cache: reclaiming block {} failed: {}", v, e.toString());
-                } finally {
-                    blocks.unlock(v);
-                }
-            }
-        } finally {
-            reclaiming.unlock();
-        }
-    }
-
-    /** Drops a stored block, dirty or not; the caller holds its stripe. */
-    private void evict(long b) throws IOException {
-        blocks.remove(b);
-        file.discard(start(b), blockSize);
-    }
-
-    /** Reads block {@code b} whole from the backend into the file; the caller holds its stripe and its place. */
-    private void fill(long b) throws IOException {
-        ByteBuffer bounce = bounce(b);
-        try {
-            inner.read(start(b), bounce.duplicate());
-            file.write(start(b), bounce);
-            misses.increment();
-        } finally {
-            release(bounce);
-        }
-    }
-
-    /** A direct buffer the length of block {@code b}: block data never passes through the heap. */
-    private ByteBuffer bounce(long b) {
-        ByteBuffer buf = bounces.poll();
-        if (buf == null) buf = ByteBuffer.allocateDirect(blockSize);
-        return buf.clear().limit(length(b));
-    }
-
-    private void release(ByteBuffer buf) {
-        if (bounces.size() < 16) bounces.offer(buf);
-    }
-
     /** Blocks the cache holds now; for tests. */
     long residentBlocks() {
         return blocks.resident();
@@ -636,20 +462,18 @@ final class CacheFilter extends FilterBackend {
         IOException failure = null;
         try {
             if (innerWrite) {
-                writeBackAll();
+                store.writeBackAll();
                 if (innerFlush) inner.flush();
             }
         } catch (IOException e) {
             failure = e;
         }
-        log.info("cache of {}: {} blocks read from the cache, {} from the backend, {} written back; {} dirty left",
-            inner.describe(), hits.sum(), misses.sum(), writtenBack.sum(), blocks.dirty());
+        log.info("cache of {}: {}", inner.describe(), store.stats());
         try {
-            file.close();
+            store.close();
         } catch (IOException e) {
             if (failure == null) failure = e;
         }
-        blocks.close();
         try {
             inner.close();
         } catch (IOException e) {
