@@ -253,6 +253,19 @@ class CacheFilterTest {
     }
 
     @Test
+    void overAReadOnlyBackendItKeepsReadsAndNeverWrites() throws IOException {
+        CountingBackend inner = new CountingBackend(1 << 20, EnumSet.of(Capability.FLUSH, Capability.EXTENTS), Set.of());
+        try (CacheFilter c = cache(inner, "cache-on-read", "true")) {
+            assertThat(c.capabilities()).doesNotContain(Capability.WRITE, Capability.FUA, Capability.TRIM, Capability.ZERO, Capability.MULTI_CONN);
+            read(c, 10, 100);
+            read(c, 10, 100);
+            assertThat(inner.reads.get()).isEqualTo(1);
+            c.flush();
+        }
+        assertThat(inner.writes.get()).isZero();
+    }
+
+    @Test
     void aCacheRequestFillsTheCacheWhateverCacheOnReadSays() throws IOException {
         CountingBackend inner = new CountingBackend(1 << 20);
         try (CacheFilter c = cache(inner)) {
