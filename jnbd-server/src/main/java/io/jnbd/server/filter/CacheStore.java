@@ -61,6 +61,8 @@ final class CacheStore implements AutoCloseable {
      * where the backend is remote, not one a block); goes on past a failure, as nbdkit does, and throws the first.
      */
     void writeBackAll() throws IOException {
+        // No scan of the table (a byte a block) when nothing is dirty: writethrough, and every flush after the first.
+        if (blocks.dirty() == 0) return;
         IOException failure = null;
         long count = blocks.count(), most = Math.max(1, WRITE_BACK_RUN >>> shift);
         ByteBuffer buffer = null;
