@@ -79,7 +79,9 @@ class FilterMatrixTest {
             new Filter("delay", b -> filter("delay", b, Map.of("delay-read", DELAY_MS + "ms")), FilterMatrixTest::delaysReads),
             new Filter("error", b -> filter("error", b, Map.of("error-pread", "EIO", "error-pread-rate", "100%",
                 "error-offset", Long.toString(ERROR_AT), "error-length", "4096")), FilterMatrixTest::failsReadsInItsRangeOnly),
-            new Filter("rate", FilterMatrixTest::rate, FilterMatrixTest::countsEveryByteItPasses));
+            new Filter("rate", FilterMatrixTest::rate, FilterMatrixTest::countsEveryByteItPasses),
+            new Filter("cache", b -> filter("cache", b, Map.of("cache-on-read", "true", "cache-max-size", "1M")),
+                FilterMatrixTest::keepsWritesUntilAFlush));
     }
 
     /** How long the delay filter holds each read. */
@@ -213,6 +215,22 @@ class FilterMatrixTest {
         }
         assertThat(r.bytesWritten() - written).as("bytes written through the filter").isEqualTo(LARGE);
         assertThat(r.bytesRead() - read).as("bytes read through the filter").isEqualTo(LARGE + SMALL);
+    }
+
+    /**
+     * Writes through the cache (writeback, its default) reach the backend, which export {@code rw} serves unfiltered,
+     * only with a flush; reads through the cache see them at once. The write covers part of a block.
+     */
+    static void keepsWritesUntilAFlush(InetSocketAddress server) throws Exception {
+        byte[] data = pattern(7, SMALL);
+        long at = SCRATCH_AT + 512;
+        try (RawClient c = RawClient.open(server, "ro", true, false); NbdClient rw = client(server, "rw")) {
+            assertThat(c.write(at, data, 0)).as("WRITE through cache").isZero();
+            assertThat(c.read(at, SMALL)).isEqualTo(data);
+            assertThat(read(rw, at, SMALL)).as("the backend before a flush").containsOnly(0);
+            assertThat(c.command(Nbd.CMD_FLUSH, 0, 0, 0)).as("FLUSH").isZero();
+            assertThat(read(rw, at, SMALL)).as("the backend after the flush").isEqualTo(data);
+        }
     }
 
     /**
