@@ -435,6 +435,11 @@ public final class NbdClient implements AutoCloseable {
         return connections.stream().anyMatch(Connection::lockedByCurrentThread) || (cache != null && Thread.holdsLock(cache));
     }
 
+    /** Requests in flight or queued on each connection, in order: for tests. */
+    int[] loads() {
+        return connections.stream().mapToInt(Connection::load).toArray();
+    }
+
     /** Tasks queued on the timer, cancelled ones included: for tests. */
     int timerTasks() {
         return ((ScheduledThreadPoolExecutor) timer).getQueue().size();
