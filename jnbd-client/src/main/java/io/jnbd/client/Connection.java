@@ -176,22 +176,25 @@ final class Connection {
      * (the nbd: proxy sends the replies of a batch in one write). Only on the reader thread.
      */
     void deliverHeld() {
-        if (readerHeld.isEmpty()) return;
-        Object[] batch = readerHeld.toArray();
-        readerHeld.clear();
-        Runnable all = () -> {
-            for (int i = 0; i < batch.length; i += 2) complete((Pending) batch[i], batch[i + 1]);
-        };
-        Executor executor = completionExecutor;
-        if (executor != null) {
-            try {
-                executor.execute(all);
-                return;
-            } catch (RuntimeException e) {
-                // As in deliverNow: never leave the callers waiting.
+        // A callback run here may decide more outcomes on this thread (a request it submits to a dead
+        // connection fails at once): they are delivered too before the reader waits, or ends.
+        while (!readerHeld.isEmpty()) {
+            Object[] batch = readerHeld.toArray();
+            readerHeld.clear();
+            Runnable all = () -> {
+                for (int i = 0; i < batch.length; i += 2) complete((Pending) batch[i], batch[i + 1]);
+            };
+            Executor executor = completionExecutor;
+            if (executor != null) {
+                try {
+                    executor.execute(all);
+                    continue;
+                } catch (RuntimeException e) {
+                    // As in deliverNow: never leave the callers waiting.
+                }
             }
+            all.run();
         }
-        all.run();
     }
 
     /** Puts a request about to be written into the map of those in flight; false if the connection has died. */
