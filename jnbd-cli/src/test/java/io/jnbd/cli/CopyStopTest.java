@@ -4,7 +4,7 @@ import io.jnbd.server.Export;
 import io.jnbd.server.Exports;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
-import io.jnbd.server.backend.Backend;
+import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.MemoryBackend;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -18,7 +18,6 @@ import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
-import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.regex.Matcher;
@@ -84,26 +83,14 @@ class CopyStopTest {
     }
 
     /** Memory whose writes each take 50 ms: a destination slow enough to stop a copy in the middle of. */
-    private static final class SlowMemory implements Backend {
-        private final MemoryBackend memory;
+    private static final class SlowMemory extends FilterBackend {
         final AtomicInteger writes = new AtomicInteger();
 
         SlowMemory(long size) {
-            memory = new MemoryBackend(size);
+            super(new MemoryBackend(size));
         }
 
-        @Override public long size() { return memory.size(); }
-        @Override public Set<Capability> capabilities() { return memory.capabilities(); }
-        @Override public String describe() { return "slow " + memory.describe(); }
-        @Override public void read(long offset, ByteBuffer dst) throws IOException { memory.read(offset, dst); }
-        @Override public void flush() throws IOException { memory.flush(); }
-        @Override public void trim(long offset, long length, boolean fua) throws IOException { memory.trim(offset, length, fua); }
-        @Override public void close() throws IOException { memory.close(); }
-
-        @Override
-        public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException {
-            memory.zero(offset, length, mayTrim, fast, fua);
-        }
+        @Override public String describe() { return "slow " + inner.describe(); }
 
         @Override
         public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
@@ -113,8 +100,19 @@ class CopyStopTest {
                 Thread.currentThread().interrupt();
                 throw new IOException("interrupted", e);
             }
-            memory.write(offset, src, fua);
+            inner.write(offset, src, fua);
             writes.incrementAndGet();
+        }
+
+        /** Merged writes are slow too: each buffer as its own write. */
+        @Override
+        public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
+            long at = offset;
+            for (ByteBuffer b : srcs) {
+                int n = b.remaining();
+                write(at, b, fua);
+                at += n;
+            }
         }
     }
 }

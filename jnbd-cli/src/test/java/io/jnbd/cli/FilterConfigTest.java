@@ -44,7 +44,7 @@ class FilterConfigTest {
     void serveHelpTellsHowToStackFilters() {
         Run r = Run.jnbd("serve", "--help");
         assertThat(r.out()).contains("  filter=NAME        put a filter in front of the backend; repeatable, the\n",
-            "delay-read=", "error-pread[-rate|-file]=", "jnbd serve -e 'd=memory:1G,filter=delay,rdelay=5ms,filter=error,error-rate=1%'\n");
+            "delay-read=", "error-pread[-rate|-file]=", "connection-rate=", "jnbd serve -e 'd=memory:1G,filter=delay,rdelay=5ms,filter=error,error-rate=1%'\n");
     }
 
     @Test
@@ -54,6 +54,11 @@ class FilterConfigTest {
         assertRefused("d=memory:1M,error-rate=1", "jnbd serve: export 'd': error-rate= is a key of the error filter: add filter=error");
         assertRefused("d=memory:1M,filter=error,error-rate=110%", "jnbd serve: export 'd': error-rate=110% is not a rate from 0 to 1 (10%, 0.1 or 1:10)");
         assertRefused("d=memory:1M,filter=error,filter=error", "jnbd serve: export 'd': filter=error is named twice; a stack holds each filter once");
+        assertRefused("d=memory:1M,filter=rate,rate=0", "jnbd serve: export 'd': rate=0: the rate must be above 0 (leave rate= out for no limit)");
+        assertRefused("d=memory:1M,filter=rate,connection-rate=1.5M", "jnbd serve: export 'd': connection-rate=1.5M is not a rate in bits "
+            + "per second (a whole number, with K, M, G, T, P or E for powers of 1024: 800M)");
+        assertRefused("d=memory:1M,filter=rate,rate-file=/nonexistent/rate", "jnbd serve: export 'd': rate-file=/nonexistent/rate: no such file, "
+            + "and no rate= to start from");
     }
 
     private static void assertRefused(String export, String line) {

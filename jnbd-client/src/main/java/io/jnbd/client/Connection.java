@@ -32,6 +32,8 @@ final class Connection {
     private final AtomicLong nextCookie = new AtomicLong(1);
     private final Sender sender;
     private final Thread reader;
+    /** Requests and their outcomes, in pairs, that the reader decided and {@link #deliverHeld} completes. */
+    private final java.util.ArrayList<Object> readerHeld = new java.util.ArrayList<>();
     /** Set once, when the connection dies; every later submission fails with it. */
     private volatile NbdException failure;
 
@@ -158,9 +160,41 @@ final class Connection {
         return p.future;
     }
 
-    /** The reader thread is about to wait: sends what it submitted meanwhile (see {@link Sender#uncork}). */
+    /**
+     * The reader thread is about to wait: completes the futures of the replies it read meanwhile, then sends what
+     * their callbacks (and it) submitted (see {@link Sender#uncork}).
+     */
     void uncork() {
+        deliverHeld();
         sender.uncork();
+        deliverHeld(); // a send that failed decided outcomes too
+    }
+
+    /**
+     * Completes, in one go, the futures whose outcomes the reader decided since it last waited: one task for the
+     * completion executor rather than one per reply, so that what their callbacks do can be done together too
+     * (the nbd: proxy sends the replies of a batch in one write). Only on the reader thread.
+     */
+    void deliverHeld() {
+        // A callback run here may decide more outcomes on this thread (a request it submits to a dead
+        // connection fails at once): they are delivered too before the reader waits, or ends.
+        while (!readerHeld.isEmpty()) {
+            Object[] batch = readerHeld.toArray();
+            readerHeld.clear();
+            Runnable all = () -> {
+                for (int i = 0; i < batch.length; i += 2) complete((Pending) batch[i], batch[i + 1]);
+            };
+            Executor executor = completionExecutor;
+            if (executor != null) {
+                try {
+                    executor.execute(all);
+                    continue;
+                } catch (RuntimeException e) {
+                    // As in deliverNow: never leave the callers waiting.
+                }
+            }
+            all.run();
+        }
     }
 
     /** Puts a request about to be written into the map of those in flight; false if the connection has died. */
@@ -294,7 +328,8 @@ final class Connection {
     /**
      * Completes the future with a decided outcome (a Throwable for failure, else the result): on the completion
      * executor if there is one, else on this thread; in either case only once this thread holds no lock of the
-     * client, and never on the sender thread (see {@link Deliveries}).
+     * client, and never on the sender thread (see {@link Deliveries}). The reader's outcomes wait until it is
+     * about to wait for the server ({@link #deliverHeld}).
      */
     void deliver(Pending p, Object outcome) {
         Deliveries later = Deliveries.ofHoldingThread();
@@ -306,6 +341,11 @@ final class Connection {
     }
 
     private void deliverNow(Pending p, Object outcome) {
+        if (Thread.currentThread() == reader) {
+            readerHeld.add(p);
+            readerHeld.add(outcome);
+            return;
+        }
         Executor executor = completionExecutor;
         if (executor != null) {
             try {

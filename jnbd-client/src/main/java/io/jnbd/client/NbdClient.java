@@ -47,6 +47,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  */
 public final class NbdClient implements AutoCloseable {
 
+    /** Requests up to this size are kept together on one connection (see {@link #pick}). */
+    private static final long STICKY_MAX_BYTES = 64 * 1024;
     /** Bound on one TRIM / WRITE_ZEROES / CACHE / BLOCK_STATUS request; the spec lets servers refuse huge ones. */
     private static final long MAX_EFFECT_LENGTH = 1L << 30;
 
@@ -60,6 +62,9 @@ public final class NbdClient implements AutoCloseable {
     private final BlockingNbdClient blocking = new BlockingNbdClient(this);
     private final AtomicBoolean closed = new AtomicBoolean();
     private volatile ByteBuffer zeroes;
+    /** Where the last small request went (see {@link #pick}); a hint, so racing writers do no harm. */
+    private volatile Connection recent;
+    private final int stickyLoad;
 
     private NbdClient(NbdUri uri, ClientOptions options, ExportInfo info, List<Connection> connections,
                       ScheduledExecutorService timer) {
@@ -68,6 +73,7 @@ public final class NbdClient implements AutoCloseable {
         this.info = info;
         this.connections = List.copyOf(connections);
         this.timer = timer;
+        this.stickyLoad = Math.max(1, options.requestsInFlight() / 2);
         int min = info.minimumBlockSize();
         this.maxRequest = Math.max(min, Math.min(info.maximumPayload(), Nbd.DEFAULT_MAX_PAYLOAD) / min * min);
         if (options.cacheSize() > 0) {
@@ -196,7 +202,7 @@ public final class NbdClient implements AutoCloseable {
         List<CompletableFuture<Object>> parts = new ArrayList<>();
         for (long done = 0; done < length; ) {
             int n = (int) Math.min(maxRequest, length - done);
-            parts.add(pick().submit(Nbd.CMD_READ, 0, offset + done, n, dst.slice(base + (int) done, n)));
+            parts.add(pick(n).submit(Nbd.CMD_READ, 0, offset + done, n, dst.slice(base + (int) done, n)));
             done += n;
         }
         return all(parts, advance ? dst : null, base + length);
@@ -213,7 +219,7 @@ public final class NbdClient implements AutoCloseable {
         List<CompletableFuture<Object>> parts = new ArrayList<>();
         for (long done = 0; done < length; ) {
             long n = Math.min(maxRequest, length - done);
-            parts.add(pick().submitRead(offset + done, n, sink));
+            parts.add(pick(n).submitRead(offset + done, n, sink));
             done += n;
         }
         return all(parts);
@@ -244,7 +250,7 @@ public final class NbdClient implements AutoCloseable {
                 + " does not fit one request to " + uri);
         }
         invalidate(offset, length);
-        Connection c = pick();
+        Connection c = pick(length);
         CompletableFuture<Object> f = c.writeNow(0, offset, length, streamer);
         if (f == null) {
             throw new NbdConnectionException("could not pass " + length + " bytes on to " + uri + ": "
@@ -270,7 +276,7 @@ public final class NbdClient implements AutoCloseable {
         List<CompletableFuture<Object>> parts = new ArrayList<>();
         for (long done = 0; done < length; ) {
             int n = (int) Math.min(maxRequest, length - done);
-            parts.add(pick().submit(Nbd.CMD_WRITE, flags, offset + done, n, src.slice(base + (int) done, n)));
+            parts.add(pick(n).submit(Nbd.CMD_WRITE, flags, offset + done, n, src.slice(base + (int) done, n)));
             done += n;
         }
         boolean flushAfter = fua && !info.canFua();
@@ -308,7 +314,7 @@ public final class NbdClient implements AutoCloseable {
         List<CompletableFuture<Object>> parts = new ArrayList<>();
         for (long done = 0; done < length; ) {
             long n = Math.min(maxRequest, length - done);
-            parts.add(pick().submitWrite(flags, offset + done, n, new Pending.FileRegion(src, position + done)));
+            parts.add(pick(n).submitWrite(flags, offset + done, n, new Pending.FileRegion(src, position + done)));
             done += n;
         }
         return afterWrite(all(parts), offset, length, fua && !info.canFua());
@@ -318,7 +324,7 @@ public final class NbdClient implements AutoCloseable {
     public CompletableFuture<Void> flush() {
         if (!info.canFlush()) return CompletableFuture.completedFuture(null);
         // With CAN_MULTI_CONN a flush on one connection covers writes completed on all of them.
-        return all(List.of(pick().submit(Nbd.CMD_FLUSH, 0, 0, 0, null)));
+        return all(List.of(pick(0).submit(Nbd.CMD_FLUSH, 0, 0, 0, null)));
     }
 
     /** Tells the server the range is no longer needed. A hint: a no-op when the server does not offer TRIM. */
@@ -384,7 +390,7 @@ public final class NbdClient implements AutoCloseable {
         long n = alignUp(Math.min(length, MAX_EFFECT_LENGTH));
         if (offset + n > info.size()) n = info.size() - offset;
         long asked = n;
-        return pick().submit(Nbd.CMD_BLOCK_STATUS, 0, offset, asked, null).thenApply(result -> {
+        return pick(0).submit(Nbd.CMD_BLOCK_STATUS, 0, offset, asked, null).thenApply(result -> {
             @SuppressWarnings("unchecked") List<Extent> list = (List<Extent>) result;
             List<Extent> clipped = new ArrayList<>(list.size());
             for (Extent e : list) {
@@ -429,18 +435,34 @@ public final class NbdClient implements AutoCloseable {
         return connections.stream().anyMatch(Connection::lockedByCurrentThread) || (cache != null && Thread.holdsLock(cache));
     }
 
+    /** Requests in flight or queued on each connection, in order: for tests. */
+    int[] loads() {
+        return connections.stream().mapToInt(Connection::load).toArray();
+    }
+
     /** Tasks queued on the timer, cancelled ones included: for tests. */
     int timerTasks() {
         return ((ScheduledThreadPoolExecutor) timer).getQueue().size();
     }
 
-    private Connection pick() {
+    /**
+     * The connection for a request moving {@code bytes} of data. Small requests stay on the connection the last
+     * one went to until it has half its window in flight, and only then go to the least busy one: requests that
+     * arrive together then leave in one write and their replies come back in one read, where spread one by one
+     * over every connection each woke a sender and a reader of its own. At 4k QD32 through the nbd: proxy, four
+     * connections used in turn cost 0.7 writes, 0.7 reads and 2.1 futex calls per request, one connection 0.14,
+     * 0.13 and 0.36. Large requests are spread: their cost is the copying, which the readers then share.
+     */
+    private Connection pick(long bytes) {
+        if (connections.size() == 1) return connections.getFirst();
+        boolean small = bytes <= STICKY_MAX_BYTES;
+        Connection last = recent;
+        if (small && last != null && last.alive() && last.load() < stickyLoad) return last;
         Connection best = connections.getFirst();
-        if (connections.size() > 1) {
-            for (Connection c : connections) {
-                if (c.alive() && (!best.alive() || c.load() < best.load())) best = c;
-            }
+        for (Connection c : connections) {
+            if (c.alive() && (!best.alive() || c.load() < best.load())) best = c;
         }
+        if (small) recent = best;
         return best;
     }
 
@@ -449,7 +471,7 @@ public final class NbdClient implements AutoCloseable {
         List<CompletableFuture<Object>> parts = new ArrayList<>();
         for (long done = 0; done < length; ) {
             long n = Math.min(step, length - done);
-            parts.add(pick().submit(type, flags, offset + done, n, null));
+            parts.add(pick(0).submit(type, flags, offset + done, n, null));
             done += n;
         }
         return all(parts);

@@ -59,6 +59,8 @@ final class Receiver {
             connection.fail(new NbdConnectionException("connection to " + peer + " lost: " + e.getMessage(), e));
         } catch (RuntimeException e) {
             connection.fail(new NbdConnectionException("client bug while reading from " + peer + ": " + e, e));
+        } finally {
+            connection.deliverHeld();
         }
     }
 

@@ -30,6 +30,9 @@ final class Sender {
 
     /** Largest payload written on the submitting thread. */
     static final int INLINE_MAX_PAYLOAD = 64 * 1024;
+    /** Bounds on one gathering write of queued requests: the JDK's writev takes up to IOV_MAX (1024) buffers. */
+    private static final int MAX_BATCH = 256;
+    private static final long MAX_BATCH_BYTES = 1 << 20;
 
     private final Connection connection;
     private final Transport transport;
@@ -356,22 +359,39 @@ final class Sender {
         }
     }
 
-    /** Sends queued requests in order while slots last. Holding the lock. */
+    /**
+     * Sends queued requests in order while slots last: those that arrived together in one gathering write, as
+     * {@link #uncork} does. Written one by one, a proxy's requests (submitted by a virtual thread, so always
+     * queued) were a system call each, a fifth of the proxy's CPU at 4k QD32. Holding the lock.
+     */
     private void drain() {
+        long batchBytes = 0;
         for (Pending p; (p = queue.peek()) != null && connection.alive(); ) {
             if (p.settled()) {
                 forget(p);
                 continue;
             }
-            if (!window.tryAcquire()) return;
+            if (!window.tryAcquire()) break;
             // Removed by identity, not polled: a timeout may have taken it out of the queue since the peek.
             if (!queue.remove(p)) {
                 window.release();
                 continue;
             }
             queued.decrementAndGet();
-            write(p);
+            if (p.file != null) {
+                writeBatch();
+                batchBytes = 0;
+                write(p);
+                continue;
+            }
+            batch.add(p);
+            batchBytes += p.wireBytes();
+            if (batch.size() == MAX_BATCH || batchBytes >= MAX_BATCH_BYTES) {
+                writeBatch();
+                batchBytes = 0;
+            }
         }
+        writeBatch();
     }
 
     /** Writes one request. Holding the lock and a slot, which the request keeps until it is answered. */

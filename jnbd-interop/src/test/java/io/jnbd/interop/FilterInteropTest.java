@@ -13,7 +13,8 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Filters stacked in bin/jnbd serve's exports, seen by other programs' clients: qemu-io gets the error the error
- * filter injects, on exactly the requests it should, and nbdcopy copies correct bytes through a delay.
+ * filter injects, on exactly the requests it should, and nbdcopy copies correct bytes through a delay and a rate
+ * limit.
  */
 @Timeout(300)
 class FilterInteropTest {
@@ -34,7 +35,10 @@ class FilterInteropTest {
             "--export", "full=file:" + dir.resolve("full.img") + ",size=16M,filter=error,error=ENOSPC,error-pwrite-rate=1,"
                 + "error-offset=1M,error-length=64K",
             "--export", "slow=file:" + dir.resolve("slow.img") + ",size=16M,filter=delay,delay-read=1ms,wdelay=1ms",
-            "--export", "slowmem=memory:16M,filter=delay,delay-read=1ms,filter=error,error-rate=0");
+            "--export", "slowmem=memory:16M,filter=delay,delay-read=1ms,filter=error,error-rate=0",
+            // 8 MiB/s with half a second of burst: most of a 16 MiB copy waits for the buckets, each way.
+            "--export", "rated=file:" + dir.resolve("rated.img") + ",size=16M,filter=rate,rate=64M,connection-rate=128M,burstiness=0.5",
+            "--export", "ratedmem=memory:16M,filter=rate,connection-rate=64M,burstiness=0.5");
     }
 
     @AfterAll
@@ -92,9 +96,19 @@ class FilterInteropTest {
 
     @Test
     void nbdcopyCopiesCorrectBytesThroughADelay() throws Exception {
+        copiesCorrectBytes("slow", "slowmem");
+    }
+
+    /** A cached file (whose reads would leave by sendfile without the filter) and memory, each way through the buckets. */
+    @Test
+    void nbdcopyCopiesCorrectBytesThroughARateLimit() throws Exception {
+        copiesCorrectBytes("rated", "ratedmem");
+    }
+
+    private static void copiesCorrectBytes(String... exports) throws Exception {
         Path source = dir.resolve("src.img");
         Interop.writeRandomImage(source, SIZE, 11);
-        for (String export : new String[] {"slow", "slowmem"}) {
+        for (String export : exports) {
             Interop.run(T, dir, "nbdcopy", "--flush", source.toString(), server.uri(export)).assertSuccess();
             Path out = dir.resolve("out-" + export + ".img");
             Files.deleteIfExists(out);

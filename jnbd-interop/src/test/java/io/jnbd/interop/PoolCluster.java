@@ -78,6 +78,22 @@ final class PoolCluster implements AutoCloseable {
      * pool reports every memory server up.
      */
     PoolCluster start(String size, String... extraOptions) throws Exception {
+        startMemservers();
+        StringBuilder spec = new StringBuilder(EXPORT + "=pool:").append(addresses());
+        spec.append(",size=").append(size).append(",replicas=2,server-timeout=").append(SERVER_TIMEOUT_SECONDS);
+        for (String option : extraOptions) spec.append(',').append(option);
+        serve = JnbdServer.start(dir.resolve("serve"), "--export", spec.toString());
+        started.add(serve);
+        awaitPool(START_TIMEOUT, "every memory server up after the start",
+            s -> s.servers().stream().allMatch(v -> v.state().equals("up")));
+        return this;
+    }
+
+    /**
+     * Starts the three memory servers only (at once: each is a JVM), for a test that runs its own {@code jnbd serve}
+     * with pools over them ({@link #addresses()}); {@link #close()} still ends them.
+     */
+    PoolCluster startMemservers() throws Exception {
         try (ExecutorService starter = Executors.newVirtualThreadPerTaskExecutor()) {
             List<Future<JnbdServer>> starting = new ArrayList<>();
             for (int i = 0; i < SERVERS; i++) {
@@ -90,15 +106,14 @@ final class PoolCluster implements AutoCloseable {
             }
             for (int i = 0; i < SERVERS; i++) memservers[i] = join(starting.get(i));
         }
-        StringBuilder spec = new StringBuilder(EXPORT + "=pool:");
-        for (int i = 0; i < SERVERS; i++) spec.append(i == 0 ? "" : ",").append(address(i));
-        spec.append(",size=").append(size).append(",replicas=2,server-timeout=").append(SERVER_TIMEOUT_SECONDS);
-        for (String option : extraOptions) spec.append(',').append(option);
-        serve = JnbdServer.start(dir.resolve("serve"), "--export", spec.toString());
-        started.add(serve);
-        awaitPool(START_TIMEOUT, "every memory server up after the start",
-            s -> s.servers().stream().allMatch(v -> v.state().equals("up")));
         return this;
+    }
+
+    /** HOST:PORT,HOST:PORT,HOST:PORT of the memory servers: what follows {@code pool:} in an export spec. */
+    String addresses() {
+        StringBuilder list = new StringBuilder();
+        for (int i = 0; i < SERVERS; i++) list.append(i == 0 ? "" : ",").append(address(i));
+        return list.toString();
     }
 
     private static JnbdServer join(Future<JnbdServer> f) throws Exception {

@@ -21,6 +21,7 @@ import io.jnbd.server.backend.BackendOptions;
 import io.jnbd.server.backend.FilterFactories;
 import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.ReadOnlyFilter;
+import io.jnbd.server.filter.RateFilter;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.ByteBuffer;
@@ -32,6 +33,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.UnaryOperator;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
@@ -76,7 +78,10 @@ class FilterMatrixTest {
             new Filter("readonly", ReadOnlyFilter::new, FilterMatrixTest::refusesEveryWriteWithEperm),
             new Filter("delay", b -> filter("delay", b, Map.of("delay-read", DELAY_MS + "ms")), FilterMatrixTest::delaysReads),
             new Filter("error", b -> filter("error", b, Map.of("error-pread", "EIO", "error-pread-rate", "100%",
-                "error-offset", Long.toString(ERROR_AT), "error-length", "4096")), FilterMatrixTest::failsReadsInItsRangeOnly));
+                "error-offset", Long.toString(ERROR_AT), "error-length", "4096")), FilterMatrixTest::failsReadsInItsRangeOnly),
+            new Filter("rate", FilterMatrixTest::rate, FilterMatrixTest::countsEveryByteItPasses),
+            new Filter("cache", b -> filter("cache", b, Map.of("cache-on-read", "true", "cache-max-size", "1M")),
+                FilterMatrixTest::keepsWritesUntilAFlush));
     }
 
     /** How long the delay filter holds each read. */
@@ -85,6 +90,16 @@ class FilterMatrixTest {
     static final long ERROR_AT = 32L << 20;
     /** Where the filters' own checks write: away from the rest too. */
     static final long SCRATCH_AT = 40L << 20;
+
+    /** The rate filter the matrix built last: its export-wide buckets count the bytes that passed it. */
+    static final AtomicReference<RateFilter> RATE = new AtomicReference<>();
+
+    /** Rates no test reaches (4 Gbit/s, 1 GiB of burst): nothing waits, but every byte is counted. */
+    static Backend rate(Backend inner) {
+        RateFilter r = (RateFilter) filter("rate", inner, Map.of("rate", "4G", "connection-rate", "4G"));
+        RATE.set(r);
+        return r;
+    }
 
     static Backend filter(String name, Backend inner, Map<String, String> options) {
         return FilterFactories.of(name).wrap(inner, new BackendOptions(options));
@@ -185,6 +200,36 @@ class FilterMatrixTest {
             assertThat(c.readError(0, ERROR_AT - (2 << 20), 4 << 20)).as("a large read across it").isEqualTo(Nbd.EIO);
             assertThat(c.read(ERROR_AT + SMALL, SMALL)).as("just past the range").containsOnly(0);
             assertThat(c.write(ERROR_AT, pattern(6, SMALL), 0)).as("writes are not in error-pread's rule").isZero();
+        }
+    }
+
+    /** Every byte read or written passed the filter's buckets, on whatever path the backend's reads and writes take. */
+    static void countsEveryByteItPasses(InetSocketAddress server) throws Exception {
+        RateFilter r = RATE.get();
+        long read = r.bytesRead(), written = r.bytesWritten();
+        try (RawClient c = RawClient.open(server, "ro", true, false)) {
+            assertThat(c.write(SCRATCH_AT, pattern(7, LARGE), 0)).as("WRITE through rate").isZero();
+            assertThat(c.read(SCRATCH_AT, LARGE)).isEqualTo(pattern(7, LARGE));
+            assertThat(c.read(SMALL_AT, SMALL)).isEqualTo(pattern(1, SMALL));
+            assertThat(c.command(Nbd.CMD_WRITE_ZEROES, 0, SCRATCH_AT, SMALL)).as("zeroes pass free").isZero();
+        }
+        assertThat(r.bytesWritten() - written).as("bytes written through the filter").isEqualTo(LARGE);
+        assertThat(r.bytesRead() - read).as("bytes read through the filter").isEqualTo(LARGE + SMALL);
+    }
+
+    /**
+     * Writes through the cache (writeback, its default) reach the backend, which export {@code rw} serves unfiltered,
+     * only with a flush; reads through the cache see them at once. The write covers part of a block.
+     */
+    static void keepsWritesUntilAFlush(InetSocketAddress server) throws Exception {
+        byte[] data = pattern(7, SMALL);
+        long at = SCRATCH_AT + 512;
+        try (RawClient c = RawClient.open(server, "ro", true, false); NbdClient rw = client(server, "rw")) {
+            assertThat(c.write(at, data, 0)).as("WRITE through cache").isZero();
+            assertThat(c.read(at, SMALL)).isEqualTo(data);
+            assertThat(read(rw, at, SMALL)).as("the backend before a flush").containsOnly(0);
+            assertThat(c.command(Nbd.CMD_FLUSH, 0, 0, 0)).as("FLUSH").isZero();
+            assertThat(read(rw, at, SMALL)).as("the backend after the flush").isEqualTo(data);
         }
     }
 

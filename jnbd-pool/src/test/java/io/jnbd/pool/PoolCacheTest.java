@@ -20,6 +20,20 @@ class PoolCacheTest {
     static final int KIB64 = 64 << 10;
 
     @Test
+    void thePoolsOwnCacheKeyIsItsUnlessTheSpecNamesTheCacheFilter() {
+        String pool = "pool:127.0.0.1:1,127.0.0.1:2,size=8M,";
+        io.jnbd.server.ExportSpec own = io.jnbd.server.ExportSpec.parse("p", pool + "cache=1M");
+        assertThat(own.options().asMap()).containsEntry("cache", "1M");
+        assertThat(own.filters().isEmpty()).isTrue();
+        // nbdkit's cache filter has a key of the same name: with filter=cache, cache= is the filter's.
+        io.jnbd.server.ExportSpec filtered = io.jnbd.server.ExportSpec.parse("p", pool + "cache=writethrough,filter=cache");
+        assertThat(filtered.options().asMap()).doesNotContainKey("cache");
+        assertThat(filtered.filters().filters().getFirst().options().asMap()).containsEntry("cache", "writethrough");
+        assertThatThrownBy(() -> io.jnbd.server.ExportSpec.parse("p", pool + "filter=cache,cache=1M"))
+            .hasMessageContaining("cache must be writeback or writethrough or unsafe, not '1M'");
+    }
+
+    @Test
     void aRepeatedReadIsServedFromTheCacheAndWithoutOneItGoesToAServerEachTime() throws Exception {
         try (TestCluster c = new TestCluster(2, MemServer.Config.ofMemory(32L << 20));
              PoolVolume cached = PoolVolume.open(PoolFaultTest.config(c, 8L << 20, 2).withCache(1 << 20, 0))) {

@@ -5,6 +5,7 @@ import io.jnbd.client.NbdUri;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.BackendFactory;
 import io.jnbd.server.backend.BackendOptions;
+import io.jnbd.server.backend.Completions;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.Locale;
@@ -62,7 +63,9 @@ public final class NbdBackendFactory implements BackendFactory {
      */
     static ClientOptions clientOptions(BackendOptions o) {
         int connections = o.integer("connections", 1, 64, DEFAULT_CONNECTIONS);
-        return ClientOptions.defaults().withConnections(connections)
+        // The upstream's reader completes the replies that arrived together as one task: the server's replies to
+        // them then leave together too, in one write per client connection.
+        return ClientOptions.defaults().withConnections(connections).withCompletionExecutor(Completions::together)
             .withRequestTimeout(duration(o, "timeout", DEFAULT_TIMEOUT))
             .withConnectTimeout(duration(o, "connect-timeout", DEFAULT_CONNECT_TIMEOUT));
     }

@@ -2,6 +2,7 @@ package io.jnbd.server;
 
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
+import io.jnbd.server.backend.Completions;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.Releasable;
 import java.io.IOException;
@@ -33,6 +34,8 @@ final class Dispatcher implements DataPath.ReplySink {
     private Placement placement;
     /** Replies made on the reader thread during one batch; only the reader thread touches it. */
     private final List<ReplyWriter.Part> deferred = new ArrayList<>();
+    /** Where replies made together off the reader go (see Completions): one sink per connection, by identity. */
+    private final java.util.function.Consumer<List<ReplyWriter.Part>> sendTogether;
 
     Dispatcher(Export export, boolean structured, Window window, ReplyWriter writer, Thread reader,
                java.util.function.Consumer<String> drop) {
@@ -42,6 +45,7 @@ final class Dispatcher implements DataPath.ReplySink {
         this.window = window;
         this.writer = writer;
         this.reader = reader;
+        this.sendTogether = writer::sendFromWorker;
     }
 
     /** Set once, before the first batch (the path's sink is this dispatcher). */
@@ -58,7 +62,7 @@ final class Dispatcher implements DataPath.ReplySink {
     @Override
     public void emit(ReplyWriter.Part part) {
         if (Thread.currentThread() == reader) deferred.add(part);
-        else writer.sendFromWorker(part);
+        else if (!Completions.hold(sendTogether, part)) writer.sendFromWorker(part);
     }
 
     @Override

@@ -5,6 +5,7 @@ import io.jnbd.server.backend.BackendFactories;
 import io.jnbd.server.backend.BackendFactory;
 import io.jnbd.server.backend.BackendOptions;
 import io.jnbd.server.backend.FilterFactories;
+import io.jnbd.server.backend.FilterFactory;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -111,12 +112,15 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         Map<String, String> filterKeys = new LinkedHashMap<>();
         List<String> allow = new ArrayList<>(), readOnlyFor = new ArrayList<>(), filterNames = new ArrayList<>();
         for (Map.Entry<String, String> o : options) {
+            if (o.getKey().equals("filter")) filterNames.add(o.getValue());
+        }
+        for (Map.Entry<String, String> o : options) {
             String key = o.getKey(), value = o.getValue();
             if (key.equals("allow")) allow.add(value);
             else if (key.equals("readonly-for")) readOnlyFor.add(value);
-            else if (key.equals("filter")) filterNames.add(value);
+            else if (key.equals("filter")) continue;
             else if (GENERAL.contains(key)) general.put(key, value);
-            else if (FilterFactories.owning(key) != null) filterKeys.put(key, value);
+            else if (filterTakes(key, filterNames, factory)) filterKeys.put(key, value);
             else if (!factory.options().contains(key)) {
                 throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export"
                     + (filterNames.isEmpty() ? "" : " or its filters (" + String.join(", ", filterNames) + ")"));
@@ -128,6 +132,17 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         filters.checkStacking();
         return new ExportSpec(name, kind, target, backendOptions, filters, description,
             tuning(new BackendOptions(general), filters.traits(factory.traits(target, backendOptions))), AllowList.parse(allow, readOnlyFor));
+    }
+
+    /**
+     * Whether {@code key} goes to a filter rather than the backend: a filter's key does, except where the backend
+     * takes a key of the same name and the spec names no filter owning it (a pool's own {@code cache=SIZE} beside
+     * nbdkit's {@code cache=writeback} of the cache filter: with {@code filter=cache} the filter's meaning wins).
+     */
+    private static boolean filterTakes(String key, List<String> filterNames, BackendFactory factory) {
+        FilterFactory owner = FilterFactories.owning(key);
+        if (owner == null) return false;
+        return !factory.options().contains(key) || filterNames.contains(owner.name());
     }
 
     /**

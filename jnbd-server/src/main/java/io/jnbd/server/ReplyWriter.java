@@ -174,6 +174,53 @@ final class ReplyWriter implements Runnable {
     }
 
     /**
+     * Like {@link #sendFromWorker(Part)} for several replies made together (see backend.Completions): what the
+     * socket takes now leaves in one gathering write, the rest goes to the writer thread, in order.
+     */
+    void sendFromWorker(List<Part> parts) {
+        if (parts.size() == 1) {
+            sendFromWorker(parts.getFirst());
+            return;
+        }
+        if (!transport.canSendNow() || failed || parts.stream().anyMatch(p -> p.file != null) || !socketLock.tryLock()) {
+            parts.forEach(this::send);
+            return;
+        }
+        try {
+            if (!queueEmpty()) {
+                parts.forEach(this::send);
+                return;
+            }
+            long now = System.nanoTime();
+            List<ByteBuffer> gather = new ArrayList<>(parts.size() * 2);
+            for (Part p : parts) {
+                if (p.completes != null) p.completes.timing.queued = now;
+                gather.add(p.header);
+                if (p.data != null) gather.add(p.data);
+            }
+            ByteBuffer[] bufs = gather.toArray(ByteBuffer[]::new);
+            long left = 0;
+            for (ByteBuffer b : bufs) left += b.remaining();
+            try {
+                // The socket takes a bounded number of buffers per call: go on while it takes more.
+                for (long n; left > 0 && (n = transport.sendNow(bufs)) > 0; ) left -= n;
+            } catch (IOException e) {
+                fail(new ArrayList<>(parts));
+                return;
+            }
+            int done = 0;
+            while (done < parts.size() && !parts.get(done).header.hasRemaining()
+                   && (parts.get(done).data == null || !parts.get(done).data.hasRemaining())) done++;
+            // The rest, the first perhaps half on the wire, must be the very next bytes: still holding the socket,
+            // they go to the head of the queue, last first.
+            for (int i = parts.size() - 1; i >= done; i--) enqueue(parts.get(i), true);
+            complete(new ArrayList<>(parts.subList(0, done)), 0, done);
+        } finally {
+            socketLock.unlock();
+        }
+    }
+
+    /**
      * How long the write in progress has gone without the client taking a byte, in nanoseconds; 0 when nothing
      * is being written. Counted from the last progress, so that a client reading slowly but steadily is not
      * taken for one that stopped.

@@ -62,6 +62,35 @@ class FilterServerTest {
         }
     }
 
+    /**
+     * The rate filter on every data path (a cached file's sendfile, a direct file's split reads and writes, memory on
+     * the connection's thread, an asynchronous backend): the bytes come back as written, and the export's buckets
+     * counted every byte the clients moved, so no path went round the filter. Rates high enough that nothing waits.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"size=16M,mode=cached", "size=16M,mode=direct", "memory", "async"})
+    void everyPathGoesThroughTheRateFilterWithItsBytesIntact(String kind, @TempDir Path dir) throws IOException {
+        String limits = ",filter=rate,rate=4G,connection-rate=4G";
+        Export export = switch (kind) {
+            case "memory" -> ExportSpec.parse("r=memory:16M" + limits).openExport();
+            case "async" -> new Export("r", "", ExportSpec.parse("r=memory:16M" + limits).wrap(new AsyncMemory(16 << 20)));
+            default -> ExportSpec.parse("r=file:" + dir.resolve("f.img") + "," + kind + limits).openExport();
+        };
+        io.jnbd.server.filter.RateFilter rate = io.jnbd.server.backend.FilterBackend.find(export.backend(), io.jnbd.server.filter.RateFilter.class);
+        try (ServerFixture f = new ServerFixture(List.of(export));
+             RawClient a = f.open("r", true, false); RawClient b = f.open("r", true, false)) {
+            byte[] large = ServerFixture.pattern(4, 4 << 20), small = ServerFixture.pattern(5, 4096);
+            assertThat(a.write(0, large, 0)).isZero();
+            assertThat(b.write(8 << 20, small, 0)).isZero();
+            assertThat(b.read(0, 4 << 20)).as("a's write, read on b").isEqualTo(large);
+            assertThat(a.read(8 << 20, 4096)).isEqualTo(small);
+            assertThat(a.read(1 << 20, 512)).isEqualTo(java.util.Arrays.copyOfRange(large, 1 << 20, (1 << 20) + 512));
+            assertThat(a.command(Nbd.CMD_WRITE_ZEROES, 0, 12 << 20, 1 << 20)).isZero();
+            assertThat(rate.bytesWritten()).as("written through the filter").isEqualTo((4 << 20) + 4096);
+            assertThat(rate.bytesRead()).as("read through the filter, sendfile or not").isEqualTo((4 << 20) + 4096 + 512);
+        }
+    }
+
     @Test
     void aRangeFailsExactlyOneRequestOfMany() throws IOException {
         try (ServerFixture f = serving("e=memory:1M,filter=error,error-pread-rate=1,error-offset=40K,error-length=1");

@@ -58,9 +58,9 @@ class FilterStackTest {
     @Test
     void aMistakeIsOneLineNamingTheExportAndTheKey() {
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=nope"))
-            .hasMessage("export 'd': filter=nope: no such filter (use cow, delay, error, probe or readonly)");
+            .hasMessage("export 'd': filter=nope: no such filter (use cache, cow, delay, error, probe, rate or readonly)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter="))
-            .hasMessage("export 'd': filter= needs the name of a filter (cow, delay, error, probe or readonly)");
+            .hasMessage("export 'd': filter= needs the name of a filter (cache, cow, delay, error, probe, rate or readonly)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=delay,delay-reed=5ms"))
             .hasMessage("export 'd': unknown option 'delay-reed' for a memory: export or its filters (delay)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,delay-read=5ms"))
@@ -69,6 +69,10 @@ class FilterStackTest {
             .hasMessage("export 'd': delay-read=fast is not a delay (seconds, or with a unit: 2, 1.5s, 10ms, 500us, 1000ns)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=error,error-rate=2"))
             .hasMessage("export 'd': error-rate=2 is not a rate from 0 to 1 (10%, 0.1 or 1:10)");
+        assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=rate,rate=0"))
+            .hasMessage("export 'd': rate=0: the rate must be above 0 (leave rate= out for no limit)");
+        assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=rate,connection-rate=1M,burstiness=0"))
+            .hasMessage("export 'd': burstiness=0 is not a number of seconds above 0 and up to 3600 (default 2.0)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=delay,filter=error,filter=delay"))
             .hasMessage("export 'd': filter=delay is named twice; a stack holds each filter once");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,readonly,filter=readonly"))

@@ -1,12 +1,10 @@
 package io.jnbd.pool.memserver;
 
 import io.jnbd.protocol.Nbd;
-import io.jnbd.server.backend.Backend;
-import io.jnbd.server.backend.Extent;
+import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.NbdErrorException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.util.List;
 import java.util.Set;
 import java.util.function.IntSupplier;
 
@@ -17,14 +15,13 @@ import java.util.function.IntSupplier;
  * the server again; a write of the old session still queued in this server's socket buffer must not land
  * after that trim, where it could later pass for the data of a new replica.
  */
-final class FencedSpace implements Backend {
-    private final SpaceBackend space;
+final class FencedSpace extends FilterBackend {
     private final int client;
     private final int session;
     private final IntSupplier latestSession;
 
     FencedSpace(SpaceBackend space, int client, int session, IntSupplier latestSession) {
-        this.space = space;
+        super(space);
         this.client = client;
         this.session = session;
         this.latestSession = latestSession;
@@ -38,36 +35,40 @@ final class FencedSpace implements Backend {
         }
     }
 
-    @Override public long size() { return space.size(); }
-    @Override public Set<Capability> capabilities() { return space.capabilities(); }
-    @Override public Set<Trait> traits() { return space.traits(); }
-    @Override public String describe() { return space.describe(); }
-    @Override public void read(long offset, ByteBuffer dst) throws IOException { space.read(offset, dst); }
-    @Override public void flush() throws IOException { space.flush(); }
-    @Override public List<Extent> extents(long offset, long length) throws IOException { return space.extents(offset, length); }
+    /**
+     * The space's own but those whose paths would skip the fence (asynchronous writes, the page cache): the fence
+     * acts on the synchronous writes, trims and zeroes, and waits for nothing.
+     */
+    @Override
+    public Set<Trait> traits() {
+        Set<Trait> t = java.util.EnumSet.noneOf(Trait.class);
+        t.addAll(inner.traits());
+        t.removeAll(Set.of(Trait.ASYNC, Trait.ZERO_COPY));
+        return t;
+    }
     @Override public void close() {} // the space outlives the connection; the registry frees it
 
     @Override
     public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
         checkCurrent();
-        space.write(offset, src, fua);
+        inner.write(offset, src, fua);
     }
 
     @Override
     public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
         checkCurrent();
-        space.write(offset, srcs, fua);
+        inner.write(offset, srcs, fua);
     }
 
     @Override
     public void trim(long offset, long length, boolean fua) throws IOException {
         checkCurrent();
-        space.trim(offset, length, fua);
+        inner.trim(offset, length, fua);
     }
 
     @Override
     public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException {
         checkCurrent();
-        space.zero(offset, length, mayTrim, fast, fua);
+        inner.zero(offset, length, mayTrim, fast, fua);
     }
 }

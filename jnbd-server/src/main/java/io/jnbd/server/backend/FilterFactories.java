@@ -41,7 +41,7 @@ public final class FilterFactories {
         return List.copyOf(BY_NAME.values());
     }
 
-    /** {@code delay, error or readonly}: for messages that list the filters. */
+    /** {@code cache, delay, error or readonly}: for messages that list the filters. */
     public static String nameList() {
         List<String> names = List.copyOf(BY_NAME.keySet());
         if (names.size() <= 1) return String.join("", names);

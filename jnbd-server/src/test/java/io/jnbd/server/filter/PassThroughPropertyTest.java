@@ -18,9 +18,9 @@ import net.jqwik.api.Property;
 import net.jqwik.api.Provide;
 
 /**
- * A stack of filters that change nothing (delays of zero, errors at rate 0) is the backend behind it: for random
- * sequences of writes, zeroes, trims and reads it gives the bytes of a byte array kept beside it, and the same
- * answers as a memory backend without filters.
+ * A stack of filters that change nothing (delays of zero, errors at rate 0, a rate no disk reaches) is the backend
+ * behind it: for random sequences of writes, zeroes, trims and reads it gives the bytes of a byte array kept beside it,
+ * and the same answers as a memory backend without filters.
  */
 class PassThroughPropertyTest {
     private static final int SIZE = 256 * 1024;
@@ -38,7 +38,7 @@ class PassThroughPropertyTest {
     @Property(tries = 60)
     void aStackThatChangesNothingBehavesAsTheBackendAlone(@ForAll("ops") List<Op> ops) throws IOException {
         Backend stack = ExportSpec.parse("m", "memory:256K,filter=delay,rdelay=0,wdelay=0s,delay-zero=0ms,delay-flush=0,"
-            + "filter=error,error=ENOSPC,error-rate=0%,error-seed=1").open();
+            + "filter=error,error=ENOSPC,error-rate=0%,error-seed=1,filter=rate,rate=7E,connection-rate=7E").open();
         Backend alone = new MemoryBackend(SIZE);
         byte[] model = new byte[SIZE];
         try (stack; alone) {
