@@ -55,13 +55,44 @@ public abstract class FilterBackend implements Backend, Cloneable {
     @Override public PageCacheSource pageCache() { return has(Trait.ZERO_COPY) ? inner.pageCache() : null; }
 
     @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
-    @Override public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) { return inner.readAsync(offset, dst); }
+    /** 0 until asked, then 1 or 2: traits are fixed once a chain is built, and some filters compute theirs per call. */
+    private volatile byte async;
+
+    private boolean keepsAsync() {
+        byte a = async;
+        if (a == 0) async = a = has(Trait.ASYNC) ? (byte) 1 : (byte) 2;
+        return a == 1;
+    }
+
+    /**
+     * The inner's, through a filter that keeps {@link Trait#ASYNC} (it has made sure that path does what its {@link
+     * #read} does); through one that does not, this filter's own {@link #read}, done now: an asynchronous call must
+     * never be a way round a filter, whoever makes it.
+     */
+    @Override
+    public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
+        if (keepsAsync()) return inner.readAsync(offset, dst);
+        try {
+            read(offset, dst);
+            return CompletableFuture.completedFuture(null);
+        } catch (IOException | RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+    }
+
     @Override public void write(long offset, ByteBuffer src, boolean fua) throws IOException { inner.write(offset, src, fua); }
     @Override public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException { inner.write(offset, srcs, fua); }
 
+    /** As {@link #readAsync}: the inner's through a filter that keeps {@link Trait#ASYNC}, else this filter's {@link #write}. */
     @Override
     public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
-        return inner.writeAsync(offset, srcs, fua);
+        if (keepsAsync()) return inner.writeAsync(offset, srcs, fua);
+        try {
+            write(offset, srcs, fua);
+            return CompletableFuture.completedFuture(null);
+        } catch (IOException | RuntimeException e) {
+            return CompletableFuture.failedFuture(e);
+        }
     }
 
     @Override public void flush() throws IOException { inner.flush(); }

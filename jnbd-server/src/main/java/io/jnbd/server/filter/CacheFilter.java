@@ -14,7 +14,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -180,16 +179,6 @@ final class CacheFilter extends FilterBackend {
         }
     }
 
-    @Override
-    public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
-        try {
-            read(offset, dst);
-            return CompletableFuture.completedFuture(null);
-        } catch (IOException | RuntimeException e) {
-            return CompletableFuture.failedFuture(e);
-        }
-    }
-
     // ---- writes
 
     @Override
@@ -294,16 +283,6 @@ final class CacheFilter extends FilterBackend {
             int n = b.remaining();
             write(pos, b, fua);
             pos += n;
-        }
-    }
-
-    @Override
-    public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
-        try {
-            write(offset, srcs, fua);
-            return CompletableFuture.completedFuture(null);
-        } catch (IOException | RuntimeException e) {
-            return CompletableFuture.failedFuture(e);
         }
     }
 

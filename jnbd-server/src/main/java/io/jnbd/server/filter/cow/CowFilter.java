@@ -12,7 +12,6 @@ import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.Set;
-import java.util.concurrent.CompletableFuture;
 
 /**
  * {@code filter=cow}: writes, trims and zeroes go to an overlay (see {@link Overlay}); the base behind is opened read-only
@@ -109,27 +108,6 @@ class CowFilter extends FilterBackend {
             pos += n;
         }
         if (fua) o.flush();
-    }
-
-    /** Not offered ({@link Trait#ASYNC} is not kept); done here as the synchronous call, should anything call it. */
-    @Override
-    public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
-        try {
-            read(offset, dst);
-            return CompletableFuture.completedFuture(null);
-        } catch (IOException | RuntimeException e) {
-            return CompletableFuture.failedFuture(e);
-        }
-    }
-
-    @Override
-    public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
-        try {
-            write(offset, srcs, fua);
-            return CompletableFuture.completedFuture(null);
-        } catch (IOException | RuntimeException e) {
-            return CompletableFuture.failedFuture(e);
-        }
     }
 
     /** Every overlay of the export from its own instance (the server's flush at stop), else this connection's. */
