@@ -10,8 +10,6 @@ import java.util.EnumMap;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Executor;
-import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
 /**
@@ -20,9 +18,6 @@ import java.util.function.Supplier;
  * virtual thread, holding no thread meanwhile.
  */
 final class DelayFilter extends FilterBackend {
-    /** Starts the delayed asynchronous calls: a thread of their own, so a slow start delays nothing else. */
-    private static final Executor START = r -> Thread.ofVirtual().name("jnbd-delay").start(r);
-
     private final EnumMap<Command, Long> nanos;
     private final boolean fastZeroFails;
     private final String description;
@@ -41,21 +36,11 @@ final class DelayFilter extends FilterBackend {
     @Override public String describe() { return description + " -> " + inner.describe(); }
 
     private void pause(Command c) throws IOException {
-        long d = nanos.get(c);
-        if (d == 0) return;
-        try {
-            Thread.sleep(d / 1_000_000, (int) (d % 1_000_000));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new NbdErrorException(Nbd.ESHUTDOWN, "interrupted in the delay filter: the server is stopping");
-        }
+        Waits.sleep(nanos.get(c), "delay");
     }
 
     private <T> CompletableFuture<T> later(Command c, Supplier<CompletableFuture<T>> call) {
-        long d = nanos.get(c);
-        if (d == 0) return call.get();
-        return CompletableFuture.runAsync(() -> {}, CompletableFuture.delayedExecutor(d, TimeUnit.NANOSECONDS, START))
-            .thenCompose(ignored -> call.get());
+        return Waits.after(nanos.get(c), call);
     }
 
     @Override

@@ -82,12 +82,6 @@ final class ErrorFilter extends FilterBackend {
         if (e != null) throw e;
     }
 
-    private static long length(ByteBuffer[] srcs) {
-        long n = 0;
-        for (ByteBuffer b : srcs) n += b.remaining();
-        return n;
-    }
-
     @Override
     public void read(long offset, ByteBuffer dst) throws IOException {
         check(Command.READ, offset, dst.remaining());
@@ -108,13 +102,13 @@ final class ErrorFilter extends FilterBackend {
 
     @Override
     public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
-        check(Command.WRITE, offset, length(srcs));
+        check(Command.WRITE, offset, Waits.length(srcs));
         inner.write(offset, srcs, fua);
     }
 
     @Override
     public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
-        NbdErrorException e = failure(Command.WRITE, offset, length(srcs));
+        NbdErrorException e = failure(Command.WRITE, offset, Waits.length(srcs));
         return e != null ? CompletableFuture.failedFuture(e) : inner.writeAsync(offset, srcs, fua);
     }
 

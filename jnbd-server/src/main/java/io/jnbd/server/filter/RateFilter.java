@@ -1,16 +1,11 @@
 package io.jnbd.server.filter;
 
-import io.jnbd.protocol.Nbd;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.FilterBackend;
-import io.jnbd.server.backend.NbdErrorException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.time.Duration;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Executor;
-import java.util.concurrent.TimeUnit;
 import java.util.function.LongSupplier;
 import java.util.function.Supplier;
 
@@ -26,7 +21,6 @@ import java.util.function.Supplier;
  */
 public final class RateFilter extends FilterBackend {
     /** Starts the waiting asynchronous calls: a thread of their own, so a slow start delays nothing else. */
-    private static final Executor START = r -> Thread.ofVirtual().name("jnbd-rate").start(r);
 
     /** What every connection of the export shares. {@code perConnection} is null without a connection limit. */
     record Limits(RateSource export, RateSource perConnection, double burstiness, LongSupplier clock,
@@ -99,25 +93,11 @@ public final class RateFilter extends FilterBackend {
     }
 
     private static void sleep(long nanos) throws IOException {
-        if (nanos <= 0) return;
-        try {
-            Thread.sleep(Duration.ofNanos(nanos));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new NbdErrorException(Nbd.ESHUTDOWN, "interrupted in the rate filter: the server is stopping");
-        }
+        Waits.sleep(nanos, "rate");
     }
 
     private static <T> CompletableFuture<T> later(long nanos, Supplier<CompletableFuture<T>> call) {
-        if (nanos <= 0) return call.get();
-        return CompletableFuture.runAsync(() -> {}, CompletableFuture.delayedExecutor(nanos, TimeUnit.NANOSECONDS, START))
-            .thenCompose(ignored -> call.get());
-    }
-
-    private static long length(ByteBuffer[] srcs) {
-        long n = 0;
-        for (ByteBuffer b : srcs) n += b.remaining();
-        return n;
+        return Waits.after(nanos, call);
     }
 
     @Override
@@ -139,12 +119,12 @@ public final class RateFilter extends FilterBackend {
 
     @Override
     public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
-        sleep(takeWrite(length(srcs)));
+        sleep(takeWrite(Waits.length(srcs)));
         inner.write(offset, srcs, fua);
     }
 
     @Override
     public CompletableFuture<Void> writeAsync(long offset, ByteBuffer[] srcs, boolean fua) {
-        return later(takeWrite(length(srcs)), () -> inner.writeAsync(offset, srcs, fua));
+        return later(takeWrite(Waits.length(srcs)), () -> inner.writeAsync(offset, srcs, fua));
     }
 }
