@@ -185,6 +185,26 @@ final class Overlay implements Closeable {
         }
     }
 
+    /**
+     * As {@link #read}, holding the stripe locks of every block of the range (in stripe order; a writer holds one at a
+     * time, so they cannot deadlock): no block is seen half changed, and the whole range as it is between changes. For
+     * a read-only view of the overlay while its client writes (a backup).
+     */
+    void readSteady(long offset, ByteBuffer dst, Backend base) throws IOException {
+        if (!dst.hasRemaining()) return;
+        long first = offset >>> shift, last = (offset + dst.remaining() - 1) >>> shift;
+        boolean[] held = new boolean[STRIPES];
+        if (last - first + 1 >= STRIPES) java.util.Arrays.fill(held, true);
+        else for (long b = first; b <= last; b++) held[(int) (b & (STRIPES - 1))] = true;
+        int locked = 0;
+        try {
+            for (; locked < STRIPES; locked++) if (held[locked]) stripes[locked].lock();
+            read(offset, dst, base);
+        } finally {
+            for (int i = 0; i < locked; i++) if (held[i]) stripes[i].unlock();
+        }
+    }
+
     /** Writes {@code src} at {@code offset} into the overlay, block by block. */
     void write(long offset, ByteBuffer src, Backend base) throws IOException {
         long pos = offset;
