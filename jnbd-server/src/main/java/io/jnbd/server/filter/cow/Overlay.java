@@ -28,7 +28,8 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p>Changes to a block hold its stripe lock: a write smaller than a block first copies the rest of the block from the
  * base (or zeroes), and two writers doing that at once would each put back what the other wrote. Reads take no lock:
- * they see a block before or after a concurrent change, both of which NBD allows.
+ * one racing a write to the same bytes may see part of it, which NBD allows; a read-only view's reads, which its
+ * writer cannot order against, take the locks ({@link #readSteady}).
  *
  * <p>Durability ({@link #flush}): the blocks changed since the last flush are taken from the dirty set, their states
  * read, the data file made durable, and only then their records appended to the map and made durable; so no record
