@@ -73,8 +73,9 @@ public final class OverlayCommand implements Runnable {
     }
 
     @Command(name = "commit", mixinStandardHelpOptions = true, sortOptions = false,
-        description = {"Write base plus client overlay NAME of DIR as NEW-IMAGE, a sparse file: what the client",
-            "reads through the export, as a disk of its own. Blocks that read as zeroes are left as holes.",
+        description = {"Write base plus client overlay NAME of DIR as NEW-IMAGE, a sparse file.",
+            "NEW-IMAGE holds what the client reads through the export, as a disk of its own; blocks that",
+            "read as zeroes are left as holes.",
             "The overlay records its base's size and fingerprint, not where it is: give the base with",
             "--base; a base the overlay was not made over is refused. Refused while a server uses DIR,",
             "and when NEW-IMAGE exists unless --force. The overlay is left as it is.",
