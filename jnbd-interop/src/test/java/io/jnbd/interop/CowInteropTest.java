@@ -14,7 +14,7 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * Per-client cow overlays (cow-overlay=client) of bin/jnbd serve, through real clients: qemu-io patterns, nbdcopy with
  * four connections of one client (multi-conn), fio verify; two clients' overlays isolated, each kept across a restart
- * of the server, and the base file unchanged.
+ * of the server, and the base file unchanged; a client's read-only view (EXPORT/NAME@ro) read by nbdcopy.
  */
 @Timeout(300)
 class CowInteropTest {
@@ -74,6 +74,10 @@ class CowInteropTest {
         server = serve(base);
         try {
             assertThat(Files.mismatch(source, copyOut(server, "boot/pc2", "pc2-again.img"))).as("pc2 after a restart").isEqualTo(-1L);
+            assertThat(Files.mismatch(source, copyOut(server, "boot/pc2@ro", "pc2-view.img"))).as("pc2's read-only view")
+                .isEqualTo(-1L);
+            Interop.Result ro = Interop.run(T, dir, "qemu-io", "-f", "raw", server.uri("boot/pc2@ro"), "-c", "write -P 1 0 512");
+            assertThat(ro.toString()).as("qemu-io opening the view to write").contains("Permission denied").doesNotContain("wrote 512");
             Interop.Result q = Interop.run(T, dir, "qemu-io", "-f", "raw", server.uri("boot/pc1"),
                 "-c", "read -P 0xab 0 3000", "-c", "read -P 0xcd 3000 5000", "-c", "read -P 0 8M 1M").assertSuccess();
             assertThat(q.output()).as("pc1 after a restart: %s", q).doesNotContainIgnoringCase("failed");

@@ -10,6 +10,8 @@ import io.jnbd.protocol.ProtocolException;
 import io.jnbd.protocol.Strings;
 import io.jnbd.server.backend.BlockSizes;
 import io.jnbd.server.backend.ConnectionContext;
+import io.jnbd.server.backend.FilterBackend;
+import io.jnbd.server.backend.NamedViews;
 import io.jnbd.server.net.TlsTransport;
 import io.jnbd.server.net.Transport;
 import io.jnbd.server.net.Transports;
@@ -329,12 +331,13 @@ final class Handshake {
     private Session session(Export export, String asked, boolean blockSizeAgreed) {
         int ctx = structured && export.name().equals(metaContextExport) ? metaContextId : 0;
         int flags = export.transmissionFlags(structured);
-        if (export.access().readOnlyFor(client)) {
+        String viewName = asked.length() > export.name().length() && asked.startsWith(export.name() + "/")
+            ? asked.substring(export.name().length() + 1) : null;
+        NamedViews views = viewName == null ? null : FilterBackend.find(export.backend(), NamedViews.class);
+        if (export.access().readOnlyFor(client) || views != null && views.readOnly(viewName)) {
             // Only the commands that change data go; FLUSH and FUA are harmless on a disk the client cannot write.
             flags = (flags | Nbd.FLAG_READ_ONLY) & ~(Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES | Nbd.FLAG_SEND_FAST_ZERO);
         }
-        String viewName = asked.length() > export.name().length() && asked.startsWith(export.name() + "/")
-            ? asked.substring(export.name().length() + 1) : null;
         return new Session(export, structured, ctx, flags, blockSizeAgreed,
             new ConnectionContext(viewName, client.identities(), peer));
     }

@@ -13,4 +13,9 @@ public interface NamedViews {
      * null when it may. A one-line message for the client ({@code NBD_REP_ERR_POLICY}) and the log.
      */
     String refusal(String name, List<String> identities);
+
+    /** Whether view {@code name} (one {@link #refusal} let through) is read-only: the client is told so at NBD_OPT_GO. */
+    default boolean readOnly(String name) {
+        return false;
+    }
 }

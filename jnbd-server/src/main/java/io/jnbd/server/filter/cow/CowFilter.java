@@ -29,6 +29,8 @@ class CowFilter extends FilterBackend {
     private Overlay overlay;
     /** Whether {@link #overlay} is this connection's alone, to be discarded when it ends. */
     private boolean temporary;
+    /** Whether this connection only reads {@link #overlay}, another's, as it is at each request (a backup's view). */
+    private boolean viewOnly;
 
     CowFilter(Backend inner, CowStore store, Set<Capability> capabilities, Set<Trait> traits, int blockSize) {
         super(inner);
@@ -54,6 +56,11 @@ class CowFilter extends FilterBackend {
         };
     }
 
+    /** Whether a connection with {@code context} may only read its overlay. */
+    boolean viewOnly(ConnectionContext context) {
+        return false;
+    }
+
     @Override
     public Backend forConnection(ConnectionContext context) {
         Backend view = inner.forConnection(context);
@@ -68,6 +75,7 @@ class CowFilter extends FilterBackend {
         CowFilter copy = (CowFilter) over(view);
         copy.overlay = o;
         copy.temporary = store.mode == CowStore.Mode.CONNECTION;
+        copy.viewOnly = viewOnly(context);
         return copy;
     }
 
@@ -83,12 +91,14 @@ class CowFilter extends FilterBackend {
     private Overlay overlay() throws NbdErrorException {
         Overlay o = overlay;
         if (o == null) throw new NbdErrorException(Nbd.EPERM, "this export's overlays are its connections': nothing is written here");
+        if (viewOnly) throw new NbdErrorException(Nbd.EPERM, "a read-only view of overlay '" + o.name + "'");
         return o;
     }
 
     @Override
     public void read(long offset, ByteBuffer dst) throws IOException {
         if (overlay == null) inner.read(offset, dst); // the export itself, without a connection: the base as it is
+        else if (viewOnly) overlay.readSteady(offset, dst, inner);
         else overlay.read(offset, dst, inner);
     }
 
@@ -113,6 +123,7 @@ class CowFilter extends FilterBackend {
     /** Every overlay of the export from its own instance (the server's flush at stop), else this connection's. */
     @Override
     public void flush() throws IOException {
+        if (viewOnly) return; // the view writes nothing, not even the map: its client's flushes make the overlay durable
         if (overlay == null || overlay == store.shared()) store.flush();
         else overlay.flush();
     }

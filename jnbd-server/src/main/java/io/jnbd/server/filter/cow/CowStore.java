@@ -31,6 +31,8 @@ final class CowStore implements Closeable {
     enum Mode { SHARED, CONNECTION, CLIENT, IDENTITY }
 
     static final int MAX_NAME_BYTES = 255;
+    /** {@code EXPORT/NAME@ro}: overlay NAME as its client sees it, read-only (see {@link NamedCowFilter}). */
+    static final String READ_ONLY_VIEW = "@ro";
 
     final Mode mode;
     private final Path dir;
@@ -104,6 +106,12 @@ final class CowStore implements Closeable {
         }
     }
 
+    /** The overlay called {@code name} if it exists (open, or on disk), never made: for a view of it. */
+    Overlay existing(String name) throws IOException {
+        if (named.containsKey(name) || Files.exists(dir.resolve("clients").resolve(name).resolve("map"))) return named(name);
+        throw new IOException("there is no overlay '" + name + "' (a client makes it by opening EXPORT/" + name + ")");
+    }
+
     /** A new overlay for one connection, gone when {@link #release}d. */
     Overlay temporary(String peer) throws IOException {
         Path parent = dir != null ? dir : Path.of(System.getProperty("java.io.tmpdir"));
@@ -142,6 +150,7 @@ final class CowStore implements Closeable {
         else if (name.indexOf('/') >= 0) why = "it holds '/'";
         else if (name.equals(".") || name.contains("..")) why = "it is '.' or holds '..'";
         else if (name.chars().anyMatch(Character::isISOControl)) why = "it holds a control character";
+        else if (name.endsWith(READ_ONLY_VIEW)) why = "'" + READ_ONLY_VIEW + "' at its end names the read-only view of an overlay";
         return why == null ? null : "overlay name not allowed: " + why;
     }
 

@@ -14,6 +14,10 @@ import org.slf4j.LoggerFactory;
  * first use and kept across disconnects and restarts; every connection naming it shares it. With {@code identity} the
  * name is the client's TLS identity (its PSK identity, or the first name of its certificate): {@code EXPORT} alone
  * opens it, and {@code EXPORT/NAME} is refused unless NAME is one of the client's identities.
+ *
+ * <p>{@code EXPORT/NAME@ro} is overlay NAME as its client sees it, read-only, for a backup while the client runs: each
+ * read holds the locks of its blocks, so it sees every block whole, as it is between the client's changes (flushed or
+ * not). It never makes an overlay, and with {@code identity} it is the client's own, as NAME would be.
  */
 final class NamedCowFilter extends CowFilter implements NamedViews {
     private static final Logger log = LoggerFactory.getLogger(NamedCowFilter.class);
@@ -24,12 +28,12 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
 
     /** The overlay's name for a client that asked for {@code name} with {@code identities}; why not, as a refusal. */
     private String nameFor(String name, List<String> identities) throws Refusal {
-        String chosen = name;
+        String chosen = isView(name) ? name.substring(0, name.length() - CowStore.READ_ONLY_VIEW.length()) : name;
         if (store.mode == CowStore.Mode.IDENTITY) {
             if (identities.isEmpty()) throw new Refusal("this export keeps an overlay for each TLS identity: connect with TLS and a client identity");
             if (name == null) chosen = identities.getFirst();
-            else if (!identities.contains(name)) {
-                throw new Refusal("overlay '" + name + "' is not this client's (its TLS identity is " + identities.getFirst() + ")");
+            else if (!identities.contains(chosen)) {
+                throw new Refusal("overlay '" + chosen + "' is not this client's (its TLS identity is " + identities.getFirst() + ")");
             }
         } else if (name == null) {
             throw new Refusal("this export keeps an overlay for each client: open EXPORT/NAME, NAME naming the client's overlay");
@@ -43,7 +47,7 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
     @Override
     public String refusal(String name, List<String> identities) {
         try {
-            store.named(nameFor(name, identities));
+            overlay(name, identities);
             return null;
         } catch (Refusal r) {
             if (store.mode == CowStore.Mode.IDENTITY && name != null && !identities.isEmpty()) {
@@ -57,7 +61,26 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
 
     @Override
     Overlay overlayFor(ConnectionContext context) throws IOException {
-        return store.named(nameFor(context.name(), context.identities()));
+        return overlay(context.name(), context.identities());
+    }
+
+    private Overlay overlay(String name, List<String> identities) throws IOException {
+        String chosen = nameFor(name, identities);
+        return isView(name) ? store.existing(chosen) : store.named(chosen);
+    }
+
+    private static boolean isView(String name) {
+        return name != null && name.endsWith(CowStore.READ_ONLY_VIEW);
+    }
+
+    @Override
+    boolean viewOnly(ConnectionContext context) {
+        return isView(context.name());
+    }
+
+    @Override
+    public boolean readOnly(String name) {
+        return isView(name);
     }
 
     /** A client's request for an overlay it may not have. */

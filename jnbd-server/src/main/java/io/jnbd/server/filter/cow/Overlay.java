@@ -28,7 +28,8 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p>Changes to a block hold its stripe lock: a write smaller than a block first copies the rest of the block from the
  * base (or zeroes), and two writers doing that at once would each put back what the other wrote. Reads take no lock:
- * they see a block before or after a concurrent change, both of which NBD allows.
+ * one racing a write to the same bytes may see part of it, which NBD allows; a read-only view's reads, which its
+ * writer cannot order against, take the locks ({@link #readSteady}).
  *
  * <p>Durability ({@link #flush}): the blocks changed since the last flush are taken from the dirty set, their states
  * read, the data file made durable, and only then their records appended to the map and made durable; so no record
@@ -182,6 +183,26 @@ final class Overlay implements Closeable {
             }
             dst.position(dst.position() + n);
             pos += n;
+        }
+    }
+
+    /**
+     * As {@link #read}, holding the stripe locks of every block of the range (in stripe order; a writer holds one at a
+     * time, so they cannot deadlock): no block is seen half changed, and the whole range as it is between changes. For
+     * a read-only view of the overlay while its client writes (a backup).
+     */
+    void readSteady(long offset, ByteBuffer dst, Backend base) throws IOException {
+        if (!dst.hasRemaining()) return;
+        long first = offset >>> shift, last = (offset + dst.remaining() - 1) >>> shift;
+        boolean[] held = new boolean[STRIPES];
+        if (last - first + 1 >= STRIPES) java.util.Arrays.fill(held, true);
+        else for (long b = first; b <= last; b++) held[(int) (b & (STRIPES - 1))] = true;
+        int locked = 0;
+        try {
+            for (; locked < STRIPES; locked++) if (held[locked]) stripes[locked].lock();
+            read(offset, dst, base);
+        } finally {
+            for (int i = 0; i < locked; i++) if (held[i]) stripes[i].unlock();
         }
     }
 
