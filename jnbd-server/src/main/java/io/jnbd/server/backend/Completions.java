@@ -13,7 +13,11 @@ import java.util.function.Consumer;
  * Through the nbd: proxy at 4k QD32 those sends were one sendmsg per request on the upstream's reader thread.
  */
 public final class Completions {
-    private static final ThreadLocal<Completions> OF_THREAD = ThreadLocal.withInitial(Completions::new);
+    /**
+     * Set only on threads that have run {@link #together}: {@link #hold} is asked for every reply made off a reader,
+     * often on a fresh virtual thread, which must not get a map of its own just to learn it holds nothing.
+     */
+    private static final ThreadLocal<Completions> OF_THREAD = new ThreadLocal<>();
 
     /** Items held per sink until the end of the current {@link #together}; insertion order is wire order. */
     private final Map<Consumer<?>, List<Object>> held = new IdentityHashMap<>();
@@ -28,6 +32,7 @@ public final class Completions {
      */
     public static void together(Runnable completions) {
         Completions c = OF_THREAD.get();
+        if (c == null) OF_THREAD.set(c = new Completions());
         if (c.active) {
             completions.run();
             return;
@@ -47,7 +52,7 @@ public final class Completions {
      */
     public static <T> boolean hold(Consumer<List<T>> sink, T item) {
         Completions c = OF_THREAD.get();
-        if (!c.active) return false;
+        if (c == null || !c.active) return false;
         c.held.computeIfAbsent(sink, k -> new ArrayList<>()).add(item);
         return true;
     }
