@@ -129,6 +129,24 @@ public interface Backend extends AutoCloseable {
     }
 
     /**
+     * The metadata contexts this backend answers besides {@code base:allocation}, by full name
+     * ({@code qemu:dirty-bitmap:b0}). Asked at every {@code NBD_OPT_LIST_META_CONTEXT} and
+     * {@code NBD_OPT_SET_META_CONTEXT}, so the answer may change while the server runs (an operator adds a bitmap).
+     */
+    default List<String> metaContexts() {
+        return List.of();
+    }
+
+    /**
+     * The status of a range from {@code offset} in one of {@link #metaContexts()}, as consecutive extents covering at
+     * least one byte and at most {@code length} bytes. A context this backend does not (or no longer) answer fails
+     * with {@link NbdErrorException} {@code EINVAL}.
+     */
+    default List<MetaExtent> metaExtents(String context, long offset, long length) throws IOException {
+        throw new NbdErrorException(io.jnbd.protocol.Nbd.EINVAL, "no metadata context " + context);
+    }
+
+    /**
      * The backend one client connection sends its requests to, asked once when its transmission phase begins: this
      * backend itself unless something in the chain keeps state of each connection (the rate filter's
      * {@code connection-rate=} bucket). A view shares everything of the export but that state, and its

@@ -105,6 +105,11 @@ public abstract class FilterBackend implements Backend, Cloneable {
 
     @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
     @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }
+    @Override public List<String> metaContexts() { return inner.metaContexts(); }
+    @Override
+    public List<MetaExtent> metaExtents(String context, long offset, long length) throws IOException {
+        return inner.metaExtents(context, offset, length);
+    }
     /**
      * This filter over the inner's view of the connection: itself when the inner has no state of its own for
      * connections (the usual case: nothing is copied), else a shallow copy whose {@link #inner} is that view.
