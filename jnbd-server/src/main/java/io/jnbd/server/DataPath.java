@@ -16,13 +16,13 @@ import java.util.concurrent.Executor;
  * @param zeroCopySource the file reads are sent from by sendfile (a cached file export on a transport that can), or
  *                       null: under TLS every byte must pass through the JVM to be encrypted, so reads go into pool
  *                       buffers as any other backend's do
- * @param pageCache      the export's page-cache source whatever the transport, or null: small reads try the page
- *                       cache with it on the reader (preadv2 RWF_NOWAIT) before handing off to an I/O thread
+ * @param cachedReads    the chain answers reads from memory it holds without waiting ({@link Backend#readIfCached}),
+ *                       whatever the transport: small reads try that on the reader before handing off to an I/O thread
  * @param async          reads and writes are started here and answered from their completion (a network backend)
  * @param neverBlocks    backend calls cost CPU only (memory): run them on the reader, never hand them off
  * @param work           where blocking backend calls run: the I/O pool, or virtual threads for a remote backend
  */
-record DataPath(Backend backend, PageCacheSource zeroCopySource, PageCacheSource pageCache, boolean async,
+record DataPath(Backend backend, PageCacheSource zeroCopySource, boolean cachedReads, boolean async,
                 boolean neverBlocks, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats,
                 ReplySink sink) {
 
@@ -59,7 +59,7 @@ record DataPath(Backend backend, PageCacheSource zeroCopySource, PageCacheSource
             throw new IllegalStateException("the view of " + chain.describe() + " for a connection has traits " + view.traits()
                 + ", the export " + chain.traits() + ": a filter's forConnection must keep them");
         }
-        return new DataPath(view, zeroCopyTransport ? pageCache : null, pageCache,
+        return new DataPath(view, zeroCopyTransport ? pageCache : null, chain.has(Backend.Trait.CACHED_READS),
             chain.has(Backend.Trait.ASYNC), chain.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
     }
 

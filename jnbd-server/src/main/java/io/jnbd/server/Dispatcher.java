@@ -191,7 +191,7 @@ final class Dispatcher implements DataPath.ReplySink {
         }
         // Under TLS (no sendfile) too: read, encrypt and send on this thread, no hand-off at all. bench/profile TLS=1
         // randread 4k QD32 spent a third of the server's CPU on the I/O pool's pread and the two wake-ups around it.
-        if (r.length() <= INLINE_READ_MAX && path.pageCache() != null && readIfCached(f)) return true;
+        if (r.length() <= INLINE_READ_MAX && path.cachedReads() && readIfCached(f)) return true;
         ReadPlan split = export.readPlan(r, structured);
         if (split == null) return false;
         new SplitRead(path, f, split).start();
@@ -205,7 +205,7 @@ final class Dispatcher implements DataPath.ReplySink {
             emit(path.replies().ok(f));
             return;
         }
-        if (r.length() <= INLINE_READ_MAX && path.pageCache() != null && readIfCached(f)) return;
+        if (r.length() <= INLINE_READ_MAX && path.cachedReads() && readIfCached(f)) return;
         path.stats().read(r.length());
         emit(path.replies().file(f, path.zeroCopySource()));
     }
@@ -228,7 +228,7 @@ final class Dispatcher implements DataPath.ReplySink {
         f.timing.diskStart = System.nanoTime();
         boolean hit;
         try {
-            hit = path.pageCache().readIfCached(lease.buffer(), r.offset());
+            hit = path.backend().readIfCached(r.offset(), lease.buffer());
         } catch (IOException e) {
             hit = false;
         }

@@ -25,6 +25,30 @@ class DataPathTest {
         }
     }
 
+    private boolean cachedReads(String spec) throws Exception {
+        try (Backend chain = ExportSpec.parse("d", spec).open()) {
+            Export export = new Export("d", "", chain);
+            return DataPath.of(export, io.jnbd.server.backend.ConnectionContext.NONE, false, Runnable::run, null, null, null, null).cachedReads();
+        }
+    }
+
+    /**
+     * Reads the page cache holds are answered on the connection's thread, under TLS too, through filters that leave
+     * reads alone and through cow, which answers them itself from its overlay and its base; never past one that acts.
+     */
+    @Test
+    void readsFromThePageCacheAreTriedOnlyWhereNothingIsSkipped() throws Exception {
+        String file = "file:" + dir.resolve("d.img") + ",size=1M";
+        assertThat(cachedReads(file)).isTrue();
+        assertThat(cachedReads(file + ",filter=delay,filter=readonly")).isTrue();
+        assertThat(cachedReads(file + ",filter=cow,cow-dir=" + dir.resolve("cow"))).isTrue();
+        assertThat(cachedReads(file + ",filter=delay,delay-read=1ms")).isFalse();
+        assertThat(cachedReads(file + ",filter=rate,rate=1M")).isFalse();
+        assertThat(cachedReads(file + ",filter=cache")).as("its reads fill the cache").isFalse();
+        assertThat(cachedReads("file:" + dir.resolve("e.img") + ",size=1M,mode=direct")).isFalse();
+        assertThat(cachedReads("memory:1M")).isFalse();
+    }
+
     @Test
     void passThroughFiltersKeepTheZeroCopyRouteAndActiveOnesTakeItAway() throws Exception {
         String file = "file:" + dir.resolve("d.img") + ",size=1M";

@@ -43,7 +43,7 @@ final class FencedSpace extends FilterBackend {
     public Set<Trait> traits() {
         Set<Trait> t = java.util.EnumSet.noneOf(Trait.class);
         t.addAll(inner.traits());
-        t.removeAll(Set.of(Trait.ASYNC, Trait.ZERO_COPY));
+        t.removeAll(Set.of(Trait.ASYNC, Trait.ZERO_COPY, Trait.CACHED_READS));
         return t;
     }
     @Override public void close() {} // the space outlives the connection; the registry frees it

@@ -38,7 +38,12 @@ public interface Backend extends AutoCloseable {
          * Reads and writes can be started without waiting ({@link #readAsync}, {@link #writeAsync}): the server
          * starts them on the connection's own thread and replies when they complete, holding no thread meanwhile.
          */
-        ASYNC
+        ASYNC,
+        /**
+         * {@link #readIfCached} can answer a read from memory the machine already holds (the page cache) without
+         * waiting: the server tries it on the connection's own thread before handing a small read to an I/O thread.
+         */
+        CACHED_READS
     }
 
     long size();
@@ -72,6 +77,17 @@ public interface Backend extends AutoCloseable {
      */
     default PageCacheSource pageCache() {
         return null;
+    }
+
+    /**
+     * With {@link Trait#CACHED_READS}: fills {@code dst} (a direct buffer, position to limit) with the export's bytes
+     * at {@code offset}, its position then at its limit, and returns true only if that needs no wait (every byte is in the
+     * page cache); otherwise
+     * returns false having waited for nothing, {@code dst}'s position unchanged and its bytes undefined. Cheap enough to
+     * be tried on the connection's thread before every small read; without the trait, never asked.
+     */
+    default boolean readIfCached(long offset, ByteBuffer dst) throws IOException {
+        return false;
     }
 
     /** Writes {@code src} from its position to its limit at {@code offset}; durable before return if {@code fua}. */

@@ -145,7 +145,12 @@ public final class FileBackend implements Backend {
 
     @Override
     public Set<Trait> traits() {
-        return mode == Mode.CACHED ? Set.of(Trait.ZERO_COPY) : Set.of(Trait.DIRECT_IO);
+        return mode == Mode.CACHED ? Set.of(Trait.ZERO_COPY, Trait.CACHED_READS) : Set.of(Trait.DIRECT_IO);
+    }
+
+    @Override
+    public boolean readIfCached(long offset, ByteBuffer dst) throws IOException {
+        return pageCache != null && pageCache.readIfCached(dst, offset);
     }
 
     @Override

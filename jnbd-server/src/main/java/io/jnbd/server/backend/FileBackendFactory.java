@@ -21,7 +21,7 @@ public final class FileBackendFactory implements BackendFactory {
 
     @Override
     public Set<Backend.Trait> traits(String target, BackendOptions options) {
-        return mode(options) == FileBackend.Mode.DIRECT ? Set.of(Backend.Trait.DIRECT_IO) : Set.of(Backend.Trait.ZERO_COPY);
+        return mode(options) == FileBackend.Mode.DIRECT ? Set.of(Backend.Trait.DIRECT_IO) : Set.of(Backend.Trait.ZERO_COPY, Backend.Trait.CACHED_READS);
     }
 
     @Override

@@ -55,6 +55,12 @@ public abstract class FilterBackend implements Backend, Cloneable {
     @Override public PageCacheSource pageCache() { return has(Trait.ZERO_COPY) ? inner.pageCache() : null; }
 
     @Override public void read(long offset, ByteBuffer dst) throws IOException { inner.read(offset, dst); }
+
+    /** The inner's, only through a filter that keeps {@link Trait#CACHED_READS}: a read answered so skips {@link #read}. */
+    @Override
+    public boolean readIfCached(long offset, ByteBuffer dst) throws IOException {
+        return has(Trait.CACHED_READS) && inner.readIfCached(offset, dst);
+    }
     /** 0 until asked, then 1 or 2: traits are fixed once a chain is built, and some filters compute theirs per call. */
     private volatile byte async;
 

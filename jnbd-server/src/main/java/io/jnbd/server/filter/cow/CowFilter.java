@@ -102,6 +102,14 @@ class CowFilter extends FilterBackend {
         else overlay.read(offset, dst, inner);
     }
 
+    /** Answers from the overlay's and the base's page cache alike: a cow export keeps the quick way of a plain file's reads. */
+    @Override
+    public boolean readIfCached(long offset, ByteBuffer dst) throws IOException {
+        if (overlay == null) return inner.readIfCached(offset, dst);
+        if (viewOnly) return false; // its reads hold the overlay's locks, which no connection's thread may wait for
+        return overlay.readIfCached(offset, dst, inner);
+    }
+
     @Override
     public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
         overlay().write(offset, src, inner);

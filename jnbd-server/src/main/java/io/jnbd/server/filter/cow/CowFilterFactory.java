@@ -51,11 +51,16 @@ public final class CowFilterFactory implements FilterFactory {
 
     /**
      * It changes what reads see, so no sendfile past it (ZERO_COPY), and its calls wait on its files (NEVER_BLOCKS,
-     * ASYNC go); REMOTE stays, as a base on another machine still makes its calls wait on the network.
+     * ASYNC go); REMOTE stays, as a base on another machine still makes its calls wait on the network. CACHED_READS
+     * stays over a base that has it: the filter answers such a read itself, from its overlay's page cache and the
+     * base's, so a warm cow export is read on the connection's thread as a plain file is.
      */
     @Override
     public Set<Trait> traits(Set<Trait> below) {
-        return below.contains(Trait.REMOTE) ? EnumSet.of(Trait.REMOTE) : EnumSet.noneOf(Trait.class);
+        EnumSet<Trait> out = EnumSet.noneOf(Trait.class);
+        if (below.contains(Trait.REMOTE)) out.add(Trait.REMOTE);
+        if (below.contains(Trait.CACHED_READS)) out.add(Trait.CACHED_READS);
+        return out;
     }
 
     /**

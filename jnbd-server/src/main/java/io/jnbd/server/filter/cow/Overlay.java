@@ -187,6 +187,37 @@ final class Overlay implements Closeable {
     }
 
     /**
+     * As {@link #read}, but only if no byte needs a wait: overlay blocks from the data file's page cache, the base's
+     * from {@code base}'s ({@link Backend#readIfCached}). False as soon as one run is not held, {@code dst}'s position
+     * unchanged. Takes no lock, as {@link #read} takes none.
+     */
+    boolean readIfCached(long offset, ByteBuffer dst, Backend base) throws IOException {
+        long pos = offset;
+        int at = dst.position();
+        while (at < dst.limit()) {
+            int block = (int) (pos >>> shift);
+            byte s = state(block);
+            long runEnd = Math.min(blockStart(block + 1), size);
+            for (int b = block + 1; runEnd < pos + (dst.limit() - at) && state(b) == s; b++) runEnd = Math.min(blockStart(b + 1), size);
+            int n = (int) Math.min(dst.limit() - at, runEnd - pos);
+            ByteBuffer part = dst.slice(at, n);
+            boolean held = switch (s) {
+                case DATA -> fd >= 0 && NativeIo.preadIfCached(fd, part, pos);
+                case ZERO -> {
+                    MemorySegment.ofBuffer(part).fill((byte) 0);
+                    yield true;
+                }
+                default -> base.readIfCached(pos, part);
+            };
+            if (!held) return false;
+            at += n;
+            pos += n;
+        }
+        dst.position(at);
+        return true;
+    }
+
+    /**
      * As {@link #read}, holding the stripe locks of every block of the range (in stripe order; a writer holds one at a
      * time, so they cannot deadlock): no block is seen half changed, and the whole range as it is between changes. For
      * a read-only view of the overlay while its client writes (a backup).

@@ -65,6 +65,12 @@ class CowModelPropertyTest {
         Backend c = connection(chain, "pc", 0);
         Random r = new Random(11);
         for (int i = 0; i < 3000; i++) step(c, r, 0, SIZE, i);
+        assertThat(c.has(Backend.Trait.CACHED_READS)).as("a cow over a cached file keeps the quick read").isTrue();
+        // Everything was just written, so the page cache holds it, wherever the file system answers RWF_NOWAIT at all.
+        ByteBuffer probe = ByteBuffer.allocateDirect(4096);
+        try (var raw = ExportSpec.parse("raw", "file:" + base).open()) {
+            if (raw.readIfCached(0, probe)) assertThat(quickHits).as("reads answered the quick way").isGreaterThan(100);
+        }
         c.connectionClosed();
         chain.close(); // flushes
         assertWhole(reopenView());
@@ -72,6 +78,7 @@ class CowModelPropertyTest {
     }
 
     private Backend reopened;
+    private volatile int quickHits;
 
     private Backend reopenView() throws Exception {
         reopened = open();
@@ -155,6 +162,17 @@ class CowModelPropertyTest {
                 dst.flip().get(got);
                 assertThat(got).as("read of %d bytes at %d, step %d", length, offset, i)
                     .isEqualTo(Arrays.copyOfRange(model, offset, offset + length));
+                // The quick way a connection's thread takes must read the same bytes, or decline with nothing moved.
+                ByteBuffer quick = ByteBuffer.allocateDirect(length);
+                if (c.readIfCached(offset, quick)) {
+                    quickHits++;
+                    assertThat(quick.position()).isEqualTo(length);
+                    quick.flip().get(got);
+                    assertThat(got).as("cached read of %d bytes at %d, step %d", length, offset, i)
+                        .isEqualTo(Arrays.copyOfRange(model, offset, offset + length));
+                } else {
+                    assertThat(quick.position()).isZero();
+                }
             }
         }
     }
