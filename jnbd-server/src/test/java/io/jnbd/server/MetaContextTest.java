@@ -5,11 +5,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.jnbd.protocol.BlockStatusDescriptor;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
-import io.jnbd.server.backend.Backend;
-import io.jnbd.server.backend.FilterForTests;
+import io.jnbd.server.backend.BitmapsForTests;
 import io.jnbd.server.backend.MemoryBackend;
 import io.jnbd.server.backend.MetaExtent;
-import io.jnbd.server.backend.NbdErrorException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -33,13 +31,13 @@ class MetaContextTest {
     private static final String B = "qemu:dirty-bitmap:b";
     private static final String BASE = Nbd.CONTEXT_BASE_ALLOCATION;
 
-    private Bitmaps bitmaps;
+    private BitmapsForTests bitmaps;
     private ServerFixture fx;
 
     @BeforeEach
     void start() throws IOException {
         // a: 64K clean, 128K dirty, the rest clean. b: 256K dirty, the rest clean.
-        bitmaps = new Bitmaps(new MemoryBackend(1 << 20));
+        bitmaps = new BitmapsForTests(new MemoryBackend(1 << 20));
         bitmaps.put(A, List.of(new MetaExtent(64 * K, 0), new MetaExtent(128 * K, 1), new MetaExtent(832 * K, 0)));
         bitmaps.put(B, List.of(new MetaExtent(256 * K, 1), new MetaExtent(768 * K, 0)));
         fx = new ServerFixture(List.of(new Export("bm", "", bitmaps), new Export("plain", "", new MemoryBackend(1 << 20))));
@@ -205,42 +203,6 @@ class MetaContextTest {
     }
 
     // ---------------------------------------------------------------- helpers
-
-    /** A backend that answers dirty bitmaps from tables describing the whole disk; a bitmap may be removed. */
-    static final class Bitmaps extends FilterForTests {
-        private final Map<String, List<MetaExtent>> tables = new LinkedHashMap<>();
-
-        Bitmaps(Backend inner) {
-            super(inner);
-        }
-
-        synchronized void put(String name, List<MetaExtent> table) {
-            tables.put(name, table);
-        }
-
-        synchronized void remove(String name) {
-            tables.remove(name);
-        }
-
-        @Override
-        public synchronized List<String> metaContexts() {
-            return List.copyOf(tables.keySet());
-        }
-
-        @Override
-        public synchronized List<MetaExtent> metaExtents(String context, long offset, long length) throws IOException {
-            List<MetaExtent> table = tables.get(context);
-            if (table == null) throw new NbdErrorException(Nbd.EINVAL, "no metadata context " + context);
-            List<MetaExtent> out = new ArrayList<>();
-            long start = 0;
-            for (MetaExtent e : table) {
-                long end = start + e.length();
-                if (end > offset && start < offset + length) out.add(new MetaExtent(end - Math.max(start, offset), e.flags()));
-                start = end;
-            }
-            return out; // the last may go past offset + length: the server cuts it
-        }
-    }
 
     private RawClient structured() throws IOException {
         RawClient c = RawClient.connect(fx.address);
