@@ -67,6 +67,7 @@ class FilterBackendTest {
             if (t == Backend.Capability.class) return Backend.Capability.TRIM;
             if (t == Backend.Trait.class) return Backend.Trait.ASYNC;
             if (t == ConnectionContext.class) return new ConnectionContext("pc42", List.of("alice"), "peer");
+            if (t == String.class) return "qemu:dirty-bitmap:b0";
             throw new AssertionError("no test argument for a " + t + " of " + m);
         }).toArray();
     }
@@ -101,6 +102,11 @@ class FilterBackendTest {
                 case "pageCache" -> {
                     assertThat(result).as("pageCache").isNull();
                     assertThat(calls).as("pageCache asks nothing of the inner").isEmpty();
+                }
+                // Likewise a read answered from the page cache: not tried below a filter that keeps no CACHED_READS.
+                case "readIfCached" -> {
+                    assertThat(result).as("readIfCached").isEqualTo(false);
+                    assertThat(calls).as("readIfCached asks nothing of the inner").isEmpty();
                 }
                 // The inner has no view of its own for a connection, so neither has the filter: itself, not a copy.
                 case "forConnection" -> {
