@@ -152,7 +152,7 @@ final class Connection implements Runnable {
             handshakeOver();
             server.exports().attached(session.export(), peer);
             log.info("{}: connected to export '{}' ({}structured replies{}, flags {}{})", peer, server.exports().shown(session.export().name()),
-                session.structuredReplies() ? "" : "no ", session.blockStatusAllowed() ? ", base:allocation" : "",
+                session.structuredReplies() ? "" : "no ", describeContexts(session),
                 String.join(",", Nbd.transmissionFlagNames(session.transmissionFlags())), describeTls(transport));
             end = transmission(session);
         } catch (ProtocolException e) {
@@ -217,6 +217,14 @@ final class Connection implements Runnable {
         return ", TLS " + tls.description() + (ids.isEmpty() ? "" : ", identity " + String.join(",", ids));
     }
 
+    /** The metadata contexts block status answers on this connection, for its log line. */
+    private static String describeContexts(Session session) {
+        if (!session.blockStatusAllowed()) return "";
+        StringBuilder b = new StringBuilder();
+        for (MetaContext c : session.metaContexts()) b.append(", ").append(c.name());
+        return b.toString();
+    }
+
     /** Reads requests until DISC, EOF or a protocol error; returns why it ended. */
     private String transmission(Session session) throws IOException, ProtocolException, InterruptedException {
         ServerConfig config = server.config();
@@ -225,8 +233,7 @@ final class Connection implements Runnable {
         Intake in = new Intake(transport, server.inputBuffers(), config.busyPoll().toNanos(), config.receiveTimeout());
         intake = in;
         ReplyWriter out = new ReplyWriter(transport, window::completed, this::abort);
-        Dispatcher dispatcher = new Dispatcher(session.export(), session.structuredReplies(), window, out,
-            Thread.currentThread(), this::drop);
+        Dispatcher dispatcher = new Dispatcher(session, window, out, Thread.currentThread(), this::drop);
         Replies replies = new Replies(session, stats, peer);
         DataPath path = DataPath.of(session.export(), session.context(), transport.zeroCopyFiles(), server.executorFor(session.export().backend()),
             server.buffers(), replies, stats, dispatcher);

@@ -26,6 +26,7 @@ final class Dispatcher implements DataPath.ReplySink {
 
     private final Export export;
     private final boolean structured;
+    private final List<MetaContext> metaContexts;
     private final Window window;
     private final ReplyWriter writer;
     private final Thread reader;
@@ -37,11 +38,11 @@ final class Dispatcher implements DataPath.ReplySink {
     /** Where replies made together off the reader go (see Completions): one sink per connection, by identity. */
     private final java.util.function.Consumer<List<ReplyWriter.Part>> sendTogether;
 
-    Dispatcher(Export export, boolean structured, Window window, ReplyWriter writer, Thread reader,
-               java.util.function.Consumer<String> drop) {
-        this.export = export;
+    Dispatcher(Session session, Window window, ReplyWriter writer, Thread reader, java.util.function.Consumer<String> drop) {
+        this.export = session.export();
         this.drop = drop;
-        this.structured = structured;
+        this.structured = session.structuredReplies();
+        this.metaContexts = session.metaContexts();
         this.window = window;
         this.writer = writer;
         this.reader = reader;
@@ -278,9 +279,9 @@ final class Dispatcher implements DataPath.ReplySink {
                     if (r.length() > 0) backend.cache(r.offset(), r.length());
                 }
                 case Nbd.CMD_BLOCK_STATUS -> {
-                    var extents = backend.extents(r.offset(), r.length());
+                    var answers = BlockStatus.of(backend, metaContexts, r, path.replies());
                     markDiskDone(members);
-                    emit(path.replies().blockStatus(first, extents));
+                    emit(path.replies().blockStatus(first, answers));
                     return;
                 }
                 default -> throw new IllegalStateException("unvalidated command " + r);

@@ -37,7 +37,6 @@ final class Handshake {
     private static final Logger log = LoggerFactory.getLogger(Handshake.class);
     /** The largest option we read; real options are a few hundred bytes, and strings are capped at 4096. */
     static final int MAX_OPTION_LENGTH = 64 * 1024;
-    private static final int CONTEXT_ID_BASE_ALLOCATION = 1;
 
     /**
      * Why the server turns options down: every option ({@code everyOption}, e.g. it is shutting down), or only
@@ -69,8 +68,7 @@ final class Handshake {
 
     private boolean noZeroes;
     private boolean structured;
-    private String metaContextExport; // export name the last SET_META_CONTEXT selected base:allocation for
-    private int metaContextId;
+    private final MetaContexts metaContexts = new MetaContexts();
 
     /**
      * {@code refusal}: asked before each option; non-null turns the option down with that error. {@code startTls}
@@ -244,11 +242,7 @@ final class Handshake {
 
     private void metaContext(int option, ByteBuffer data) throws IOException {
         boolean set = option == Nbd.OPT_SET_META_CONTEXT;
-        if (set) {
-            // SET replaces the previous selection even when it fails.
-            metaContextExport = null;
-            metaContextId = 0;
-        }
+        if (set) metaContexts.forget(); // SET replaces the previous selection even when it fails
         if (!structured) {
             reply(option, Nbd.REP_ERR_INVALID, "negotiate structured replies first");
             return;
@@ -271,27 +265,23 @@ final class Handshake {
             reply(option, Nbd.REP_ERR_UNKNOWN, "no export named '" + req.exportName() + "'");
             return;
         }
-        boolean match = false;
-        if (req.queries().isEmpty()) {
-            match = !set; // LIST with no queries lists everything; SET with none selects nothing
-        }
-        for (String q : req.queries()) {
-            if (q.indexOf(':') <= 0) {
-                reply(option, Nbd.REP_ERR_INVALID, "query '" + q + "' has no namespace");
-                return;
-            }
-            if (q.equals(Nbd.CONTEXT_BASE_ALLOCATION) || (!set && q.equals("base:"))) match = true;
-        }
-        if (match) {
-            int id = set ? CONTEXT_ID_BASE_ALLOCATION : 0;
-            byte[] name = Strings.utf8(Nbd.CONTEXT_BASE_ALLOCATION);
-            reply(option, Nbd.REP_META_CONTEXT, ByteBuffer.allocate(4 + name.length).putInt(id).put(name).flip());
+        try {
             if (set) {
-                metaContextExport = export.name();
-                metaContextId = id;
+                for (MetaContext c : metaContexts.set(export, req.queries())) metaContextReply(option, c.id(), c.name());
+            } else {
+                // The spec reserves the id of a listed context: it is 0.
+                for (String name : metaContexts.list(export, req.queries())) metaContextReply(option, 0, name);
             }
+        } catch (MetaContexts.InvalidQuery e) {
+            reply(option, Nbd.REP_ERR_INVALID, e.getMessage());
+            return;
         }
         reply(option, Nbd.REP_ACK);
+    }
+
+    private void metaContextReply(int option, int id, String context) throws IOException {
+        byte[] name = Strings.utf8(context);
+        reply(option, Nbd.REP_META_CONTEXT, ByteBuffer.allocate(4 + name.length).putInt(id).put(name).flip());
     }
 
     /**
@@ -311,8 +301,7 @@ final class Handshake {
         tlsActive = true;
         client = client.withIdentities(secure.peerIdentities());
         structured = false;
-        metaContextExport = null;
-        metaContextId = 0;
+        metaContexts.forget();
         log.debug("{}: TLS established ({}){}", peer, secure.description(),
             client.identities().isEmpty() ? "" : ", identities " + client.identities());
     }
@@ -329,7 +318,7 @@ final class Handshake {
 
     /** {@code asked}: the name the client gave, which may go on past the export's ({@code boot/pc42}: see NamedViews). */
     private Session session(Export export, String asked, boolean blockSizeAgreed) {
-        int ctx = structured && export.name().equals(metaContextExport) ? metaContextId : 0;
+        List<MetaContext> contexts = structured ? metaContexts.selectedFor(export) : List.of();
         int flags = export.transmissionFlags(structured);
         String viewName = asked.length() > export.name().length() && asked.startsWith(export.name() + "/")
             ? asked.substring(export.name().length() + 1) : null;
@@ -338,7 +327,7 @@ final class Handshake {
             // Only the commands that change data go; FLUSH and FUA are harmless on a disk the client cannot write.
             flags = (flags | Nbd.FLAG_READ_ONLY) & ~(Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES | Nbd.FLAG_SEND_FAST_ZERO);
         }
-        return new Session(export, structured, ctx, flags, blockSizeAgreed,
+        return new Session(export, structured, contexts, flags, blockSizeAgreed,
             new ConnectionContext(viewName, client.identities(), peer));
     }
 

@@ -1,16 +1,13 @@
 package io.jnbd.server;
 
-import io.jnbd.protocol.BlockStatusDescriptor;
 import io.jnbd.protocol.Chunks;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
 import io.jnbd.protocol.SimpleReply;
-import io.jnbd.server.backend.Extent;
 import io.jnbd.server.backend.NbdErrors;
 import io.jnbd.server.io.Releasable;
 import java.nio.ByteBuffer;
 import io.jnbd.server.io.PageCacheSource;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletionException;
 import org.slf4j.Logger;
@@ -86,7 +83,7 @@ final class Replies {
     /** A failed chunk of a split read: an error chunk naming its offset; {@code completes} is set on the last. */
     ReplyWriter.Part errorAt(Request r, Failure failure, long offset, InFlight completes) {
         stats.error(failure.error());
-        String msg = failure.message().length() > MAX_MESSAGE ? failure.message().substring(0, MAX_MESSAGE) : failure.message();
+        String msg = message(failure);
         ByteBuffer h = ByteBuffer.allocate(Chunks.errorOffsetSize(msg));
         Chunks.errorOffset(h, completes != null ? Nbd.REPLY_FLAG_DONE : 0, r.cookie(), failure.error(), msg, offset);
         return ReplyWriter.Part.of(h.flip(), completes);
@@ -111,21 +108,33 @@ final class Replies {
         return ReplyWriter.Part.withFile(readHeader(r, r.offset(), (int) r.length(), true), file, r.offset(), r.length(), f);
     }
 
-    ReplyWriter.Part blockStatus(InFlight f, List<Extent> extents) {
+    /**
+     * The reply to a block status request: one chunk per selected context, in the order given, each its
+     * descriptors or its error; the last one ends the reply.
+     */
+    ReplyWriter.Part blockStatus(InFlight f, List<BlockStatus.Answer> answers) {
         Request r = f.request;
-        List<BlockStatusDescriptor> out = new ArrayList<>();
-        long left = r.length();
-        for (Extent e : extents) {
-            if (left <= 0) break;
-            long len = Math.min(Math.min(e.length(), left), 0xFFFF_F000L); // stays within 32 bits, 4K-aligned
-            out.add(new BlockStatusDescriptor(len, e.flags()));
-            left -= len;
-            if (r.has(Nbd.CMD_FLAG_REQ_ONE)) break;
+        int size = 0;
+        for (BlockStatus.Answer a : answers) {
+            size += a.failure() == null ? Chunks.blockStatusSize(a.descriptors().size()) : Chunks.errorSize(message(a.failure()));
         }
-        if (out.isEmpty()) out.add(new BlockStatusDescriptor(Math.min(r.length(), 0xFFFF_F000L), 0));
-        ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(out.size()));
-        Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), session.metaContextId(), out);
+        ByteBuffer b = ByteBuffer.allocate(size);
+        for (int i = 0; i < answers.size(); i++) {
+            BlockStatus.Answer a = answers.get(i);
+            int flags = i == answers.size() - 1 ? Nbd.REPLY_FLAG_DONE : 0;
+            if (a.failure() == null) {
+                Chunks.blockStatus(b, flags, r.cookie(), a.context().id(), a.descriptors());
+            } else {
+                stats.error(a.failure().error());
+                Chunks.error(b, flags, r.cookie(), a.failure().error(), message(a.failure()));
+            }
+        }
         return ReplyWriter.Part.of(b.flip(), f);
+    }
+
+    private static String message(Failure failure) {
+        String m = failure.message();
+        return m.length() > MAX_MESSAGE ? m.substring(0, MAX_MESSAGE) : m;
     }
 
     /** The header in front of read data: a simple reply, or an OFFSET_DATA chunk. */
