@@ -49,6 +49,8 @@ public final class ControlEndpoint implements AutoCloseable {
     private final Duration requestTimeout;
     private final Semaphore peers = new Semaphore(MAX_PEERS);
     private final Set<SocketChannel> open = ConcurrentHashMap.newKeySet();
+    /** Each peer's thread: close() waits for a change in progress to finish before the exports are closed. */
+    private final Set<Thread> running = ConcurrentHashMap.newKeySet();
     /** Closes the channel of a peer that ran out of time: the blocked read or write then fails. */
     private final ScheduledThreadPoolExecutor timer;
     private volatile ControlRequests requests;
@@ -108,15 +110,18 @@ public final class ControlEndpoint implements AutoCloseable {
                 closeQuietly(ch);
                 return;
             }
-            Thread.ofVirtual().name("jnbd-control-peer").start(() -> {
+            Thread peer = Thread.ofVirtual().name("jnbd-control-peer").unstarted(() -> {
                 try {
                     converse(ch);
                 } finally {
                     open.remove(ch);
                     closeQuietly(ch);
                     peers.release();
+                    running.remove(Thread.currentThread());
                 }
             });
+            running.add(peer);
+            peer.start();
         }
     }
 
@@ -271,7 +276,10 @@ public final class ControlEndpoint implements AutoCloseable {
         }
     }
 
-    /** Stops listening, closes every peer's connection and removes the socket file. */
+    /**
+     * Stops listening, closes every peer's connection, waits (up to {@link #REPLY_TIMEOUT}) for a change already
+     * under way to finish, and removes the socket file.
+     */
     @Override
     public void close() {
         Thread accepting;
@@ -287,13 +295,19 @@ public final class ControlEndpoint implements AutoCloseable {
             log.warn("control socket {}: close failed: {}", path(), e.toString());
         }
         for (SocketChannel ch : open) closeQuietly(ch);
-        timer.shutdownNow();
-        if (accepting != null) {
-            try {
-                accepting.join(TimeUnit.SECONDS.toMillis(5));
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
+        long until = System.nanoTime() + REPLY_TIMEOUT.toNanos();
+        try {
+            if (accepting != null) accepting.join(REPLY_TIMEOUT);
+            for (Thread t : running) {
+                long left = until - System.nanoTime();
+                if (left <= 0 || !t.join(Duration.ofNanos(left))) {
+                    log.warn("control socket {}: a request still running at close: the exports close under it", path());
+                    break;
+                }
             }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
+        timer.shutdownNow();
     }
 }

@@ -29,17 +29,18 @@ public record UnixPeer(String user, long uid, long pid, boolean selfOrRoot) {
     /** The peer of {@code channel}, a connected Unix-domain socket. */
     public static UnixPeer of(SocketChannel channel) throws IOException {
         UnixDomainPrincipal p = channel.getOption(ExtendedSocketOptions.SO_PEERCRED);
-        String name = p.user().getName();
         int fd = NativeSocket.AVAILABLE ? NativeSocket.fd(channel) : -1;
-        if (fd >= 0) {
-            NativeSocket.PeerCredentials c = NativeSocket.peerCredentials(fd);
-            return new UnixPeer(name, c.uid(), c.pid(), trusted(c.uid(), NativeSocket.effectiveUid()));
-        }
-        var users = FileSystems.getDefault().getUserPrincipalLookupService();
+        if (fd < 0) return byPrincipal(p);
+        NativeSocket.PeerCredentials c = NativeSocket.peerCredentials(fd);
+        return new UnixPeer(p.user().getName(), c.uid(), c.pid(), trusted(c.uid(), NativeSocket.effectiveUid()));
+    }
+
+    /** Without native calls: the JDK's principal, compared with this process's user and root. */
+    static UnixPeer byPrincipal(UnixDomainPrincipal p) throws IOException {
         UserPrincipal self = Files.getOwner(Path.of("/proc/self"));
-        UserPrincipal root = users.lookupPrincipalByName("root");
+        UserPrincipal root = FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByName("root");
         // UnixUserPrincipals compare by uid: a name the system maps two ways cannot pass for another user.
-        return new UnixPeer(name, -1, -1, p.user().equals(self) || p.user().equals(root));
+        return new UnixPeer(p.user().getName(), -1, -1, p.user().equals(self) || p.user().equals(root));
     }
 
     /** The rule itself: the server's own user, or root, who can read its memory and files anyway. */

@@ -186,6 +186,24 @@ class ControlEndpointTest {
     }
 
     @Test
+    void closeWaitsForAChangeUnderWay() throws Exception {
+        vm0.entered = new java.util.concurrent.CountDownLatch(1);
+        vm0.gate = new java.util.concurrent.CountDownLatch(1);
+        try (Peer p = new Peer(socket)) {
+            p.out.write("{\"op\":\"add\",\"export\":\"vm0\",\"bitmap\":\"slow-1\"}\n".getBytes(StandardCharsets.UTF_8));
+            assertThat(vm0.entered.await(30, TimeUnit.SECONDS)).isTrue();
+            Thread closing = Thread.ofPlatform().start(endpoint::close);
+            closing.join(300);
+            assertThat(closing.isAlive()).as("close waits while the add is under way").isTrue();
+            vm0.gate.countDown();
+            closing.join(TimeUnit.SECONDS.toMillis(30));
+            assertThat(closing.isAlive()).isFalse();
+        }
+        assertThat(vm0.list()).extracting(Info::name).containsExactly("slow-1");
+        assertThat(socket).doesNotExist();
+    }
+
+    @Test
     void aReloadIsSeenAtOnce() throws Exception {
         FakeDirtyBitmaps vm1 = new FakeDirtyBitmaps();
         registry.replace(new Exports(List.of(new Export("vm1", "", vm1)), null));

@@ -14,6 +14,8 @@ import java.util.List;
  */
 public final class FakeDirtyBitmaps extends FilterForTests implements DirtyBitmaps {
     private final List<Info> bitmaps = new ArrayList<>();
+    /** When set, add() of a name starting with "slow" counts {@code entered} down and waits for {@code gate}. */
+    volatile java.util.concurrent.CountDownLatch entered, gate;
 
     public FakeDirtyBitmaps() {
         super(new MemoryBackend(1 << 20));
@@ -32,7 +34,19 @@ public final class FakeDirtyBitmaps extends FilterForTests implements DirtyBitma
     }
 
     @Override
-    public synchronized void add(String name) throws IOException {
+    public void add(String name) throws IOException {
+        if (name.startsWith("slow") && gate != null) {
+            entered.countDown();
+            try {
+                gate.await();
+            } catch (InterruptedException e) {
+                throw new IOException("interrupted", e);
+            }
+        }
+        addNow(name);
+    }
+
+    private synchronized void addNow(String name) throws IOException {
         failIfAsked(name);
         if (indexOf(name) >= 0) throw new IllegalArgumentException("bitmap '" + name + "' exists");
         bitmaps.add(new Info(name, true, 65536, 0));
