@@ -21,8 +21,10 @@ import picocli.CommandLine.Spec;
 /** {@code jnbd bitmap list|add|clear|rotate|remove}: a running server's dirty bitmaps, through its control socket. */
 @Command(name = "bitmap", mixinStandardHelpOptions = true,
     description = {
-        "Change a running server's dirty bitmaps (changed-block tracking), through",
-        "the control socket it was started with (jnbd serve --control=PATH).",
+        "Change a running server's dirty bitmaps (changed-block tracking).",
+        "",
+        "The server must have been started with a control socket",
+        "(jnbd serve --control=PATH); the commands go through it.",
         "",
         "An export tracks writes when it is served with the dirty filter",
         "(filter=dirty,dirty-bitmap=NAME). Each bitmap marks the blocks written",
