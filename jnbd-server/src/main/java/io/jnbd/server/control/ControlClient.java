@@ -70,7 +70,8 @@ public final class ControlClient implements AutoCloseable {
         }
     }
 
-    private static String whyNotConnected(Path p, IOException e) {
+    /** The line for a failed connect: what is (or is not) at {@code p}, and what to do. */
+    static String whyNotConnected(Path p, IOException e) {
         if (!Files.exists(p, LinkOption.NOFOLLOW_LINKS)) {
             return "no server control socket at " + p + " (is the server running with --control=" + p + "?)";
         }
@@ -78,14 +79,15 @@ public final class ControlClient implements AutoCloseable {
             return "no server listening on control socket " + p + " (is the server running with --control=" + p + "?)";
         }
         String message = String.valueOf(e.getMessage());
-        if (message.contains("Permission denied")) {
+        if (message.contains("Permission denied")) { // EACCES: the JDK makes it a BindException, even on connect
             String owner;
             try {
                 owner = Files.getOwner(p, LinkOption.NOFOLLOW_LINKS).getName();
             } catch (IOException | RuntimeException x) {
                 owner = "its owner";
             }
-            return "permission denied on control socket " + p + ": only " + owner + " (the server's user) and root may use it";
+            return "permission denied on control socket " + p + ": only "
+                + (owner.equals("root") ? "root" : owner + " (the server's user) and root") + " may use it";
         }
         return "cannot connect to control socket " + p + ": " + message;
     }

@@ -227,6 +227,16 @@ class ControlEndpointTest {
     }
 
     @Test
+    void aClientThatMayNotConnectIsToldWhoMay() throws Exception {
+        // What the kernel's EACCES becomes in the JDK (a BindException, on connect too); root cannot meet it here.
+        assertThat(ControlClient.whyNotConnected(socket, new java.net.BindException("Permission denied")))
+            .isEqualTo("permission denied on control socket " + socket + ": only "
+                + (UnixPeer.selfUid() == 0 ? "root" : Files.getOwner(socket).getName() + " (the server's user) and root") + " may use it");
+        assertThat(ControlClient.whyNotConnected(socket, new java.net.SocketException("Protocol wrong type for socket")))
+            .isEqualTo("cannot connect to control socket " + socket + ": Protocol wrong type for socket");
+    }
+
+    @Test
     void aSecondServerOnTheSamePathIsRefusedAndTheFirstGoesOn() {
         assertThatThrownBy(() -> ControlEndpoint.bind(socket))
             .hasMessage("another server is listening on control socket " + socket);
