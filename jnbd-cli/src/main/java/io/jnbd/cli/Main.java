@@ -29,6 +29,7 @@ public final class Main implements Runnable {
         TOOLS.put("copy", CopyCommand::new);
         TOOLS.put("cmp", CmpCommand::new);
         TOOLS.put("overlay", OverlayCommand::new);
+        TOOLS.put("bitmap", BitmapCommand::new);
     }
 
     public static void main(String[] args) {

@@ -103,6 +103,9 @@ import picocli.CommandLine.Spec;
         "  jnbd serve --tls require --tls-certificates /etc/pki/jnbd --tls-verify-peer \\",
         "             --export 'disk=file:/var/lib/vm.img,allow=alice;10.0.0.0/8'",
         "  jnbd serve --tls require --tls-psk /etc/jnbd/keys.psk --export scratch=memory:4G",
+        "  jnbd serve --control=/run/jnbd.ctl \\",
+        "             -e 'vm0=file:vm0.img,filter=dirty,dirty-bitmap=b0'",
+        "             (then: jnbd bitmap rotate --control=/run/jnbd.ctl vm0 b0 b1)",
         "",
         "Connect with:",
         "  nbdinfo --list nbd://127.0.0.1:10809",
@@ -232,6 +235,11 @@ public final class ServeCommand implements Callable<Integer> {
             + "request times per export, connections, buffer memory, I/O queue (default: off)")
     String metrics;
 
+    @Option(names = "--control", paramLabel = "PATH",
+        description = "listen on the Unix socket PATH for 'jnbd bitmap' (changed-block tracking checkpoints); mode 0600: "
+            + "only this server's user and root may use it, checked again per connection (docs/security.md) (default: off)")
+    Path control;
+
     @Option(names = "--data-dir", paramLabel = "DIR", defaultValue = "jnbd-data",
         description = "directory of the embedded default export's default.img (default ./${DEFAULT-VALUE})")
     Path dataDir;
@@ -271,7 +279,7 @@ public final class ServeCommand implements Callable<Integer> {
             return e.exitCode();
         }
         serving.server().awaitStop();
-        serving.closeMetrics();
+        serving.closeEndpoints();
         return 0;
     }
 
@@ -289,7 +297,7 @@ public final class ServeCommand implements Callable<Integer> {
         for (String name : List.of("INT", "TERM")) {
             try {
                 sun.misc.Signal.handle(new sun.misc.Signal(name), sig ->
-                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> serving.server().stop(Duration.ofSeconds(30))));
+                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> serving.stop(Duration.ofSeconds(30))));
             } catch (IllegalArgumentException e) {
                 // signal not available on this platform: the JVM's default handling applies
             }

@@ -10,6 +10,7 @@ import io.jnbd.server.NbdServer;
 import io.jnbd.server.ReloadableExports;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.ServerTls;
+import io.jnbd.server.control.ControlEndpoint;
 import io.jnbd.tls.TlsConfigException;
 import java.io.IOException;
 import java.net.BindException;
@@ -61,11 +62,13 @@ final class Serving {
     private final NbdServer server;
     /** The --metrics endpoint, or null. */
     private final MetricsEndpoint metrics;
+    /** The --control socket, or null. */
+    private final ControlEndpoint control;
     private final List<SocketAddress> bound = new ArrayList<>();
     private ExportSet exports; // guarded by this
 
     private Serving(CommandSpec command, ServeSettings started, ExportSet exports, NbdServer server,
-                    ReloadableExports registry, MetricsEndpoint metrics) {
+                    ReloadableExports registry, MetricsEndpoint metrics, ControlEndpoint control) {
         this.command = command;
         this.started = started;
         this.tls = started.tls();
@@ -73,6 +76,7 @@ final class Serving {
         this.server = server;
         this.registry = registry;
         this.metrics = metrics;
+        this.control = control;
     }
 
     /**
@@ -90,14 +94,21 @@ final class Serving {
             throw new StartFailed(2, e.getMessage());
         }
         MetricsEndpoint metrics = bindMetrics(settings.string("metrics"));
+        ControlEndpoint control;
+        try {
+            control = bindControl(settings.path("control"));
+        } catch (StartFailed e) {
+            if (metrics != null) metrics.close();
+            throw e;
+        }
         ExportSet exports;
         try {
             exports = ExportSet.open(settings.exports(), settings.string("default-export"));
         } catch (ExportSet.OpenFailed e) {
-            if (metrics != null) metrics.close();
+            close(metrics, control);
             throw new StartFailed(1, describe(e));
         } catch (IllegalArgumentException e) {
-            if (metrics != null) metrics.close();
+            close(metrics, control);
             throw new StartFailed(2, e.getMessage());
         }
         ServerConfig cfg = settings.serverConfig();
@@ -109,7 +120,9 @@ final class Serving {
         var registry = new ReloadableExports(exports.exports(), cfg.handshakeTimeout().plusSeconds(1));
         NbdServer server = new NbdServer(registry, cfg, serverTls);
         if (metrics != null) metrics.expose(server);
-        return new Serving(command, settings, exports, server, registry, metrics);
+        // The registry, not the set: a request after a reload (SIGHUP) finds the exports as they are then.
+        if (control != null) control.serve(registry);
+        return new Serving(command, settings, exports, server, registry, metrics, control);
     }
 
     /**
@@ -126,9 +139,36 @@ final class Serving {
         }
     }
 
-    /** Stops serving /metrics; the server has stopped. */
-    void closeMetrics() {
+    /**
+     * Binds --control (null: off) before any export is opened: a socket another server listens on stops the start
+     * before this one has touched a disk.
+     */
+    private static ControlEndpoint bindControl(Path path) throws StartFailed {
+        if (path == null) return null;
+        try {
+            return ControlEndpoint.bind(path);
+        } catch (IOException e) {
+            throw new StartFailed(2, "--control: " + describe(e));
+        }
+    }
+
+    private static void close(MetricsEndpoint metrics, ControlEndpoint control) {
         if (metrics != null) metrics.close();
+        if (control != null) control.close();
+    }
+
+    /** Stops serving /metrics and the control socket (removing its file); the server has stopped. */
+    void closeEndpoints() {
+        close(metrics, control);
+    }
+
+    /**
+     * What SIGINT and SIGTERM do: the control socket goes first, so that no bitmap change reaches an export being
+     * closed; then the server stops as {@link NbdServer#stop} says.
+     */
+    void stop(Duration grace) {
+        if (control != null) control.close();
+        server.stop(grace);
     }
 
     /**
@@ -142,7 +182,7 @@ final class Serving {
             } catch (IOException e) {
                 if (server.isStopping()) return false;
                 server.stop(Duration.ZERO);
-                closeMetrics();
+                closeEndpoints();
                 throw new StartFailed(1, "cannot listen on " + NbdServer.describe(a) + ": "
                     + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
             }
@@ -237,6 +277,7 @@ final class Serving {
         for (SocketAddress a : bound) {
             for (String line : tls.connectLines(a, registry.defaultName())) out.append("  ").append(line).append('\n');
         }
+        if (control != null) out.append("Control socket: jnbd bitmap list --control=").append(control.path()).append(" EXPORT\n");
         return out.toString();
     }
 

@@ -29,7 +29,7 @@ class StartupTest {
         // Anything else, help and mistakes included, sees every tool.
         for (String first : new String[]{null, "--help", "help", "nonsense"}) {
             assertThat(Main.commandLine(first).getSubcommands().keySet()).as(first)
-                .containsExactly("serve", "memserver", "pool", "bench", "info", "copy", "cmp", "overlay", "help");
+                .containsExactly("serve", "memserver", "pool", "bench", "info", "copy", "cmp", "overlay", "bitmap", "help");
         }
         Run bad = Run.jnbd("nonsense");
         assertThat(bad.exit()).isEqualTo(2);

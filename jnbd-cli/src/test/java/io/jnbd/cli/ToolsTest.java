@@ -38,7 +38,8 @@ class ToolsTest {
         List<String> seen = new ArrayList<>();
         checkSummaries(Main.commandLine(), seen);
         assertThat(seen).as("commands listed").contains("jnbd serve", "jnbd memserver", "jnbd pool", "jnbd pool status",
-            "jnbd bench", "jnbd info", "jnbd copy", "jnbd cmp", "jnbd overlay", "jnbd overlay commit", "jnbd help");
+            "jnbd bench", "jnbd info", "jnbd copy", "jnbd cmp", "jnbd overlay", "jnbd overlay commit", "jnbd bitmap",
+            "jnbd bitmap rotate", "jnbd help");
     }
 
     private static void checkSummaries(CommandLine cl, List<String> seen) {

@@ -13,7 +13,8 @@ import org.slf4j.LoggerFactory;
  * <p>The two rows differ in O_DIRECT, O_DIRECTORY and the epoll_event layout (packed only on x86-64). The rest
  * is equal on both but not on every architecture: O_CLOEXEC (alpha, sparc, parisc), MAP_ANONYMOUS (mips, alpha,
  * parisc), SOL_SOCKET (0xffff on mips, sparc, alpha, parisc), SO_RCVLOWAT (16 on powerpc, other values where
- * SOL_SOCKET differs) and FIONREAD (mips, powerpc, sparc, alpha). What the native classes keep to themselves is
+ * SOL_SOCKET differs), SO_PEERCRED (21 on powerpc, others where SOL_SOCKET differs) and FIONREAD (mips, powerpc,
+ * sparc, alpha). What the native classes keep to themselves is
  * the same on every Linux architecture: O_RDONLY, O_RDWR, FALLOC_FL_*, SEEK_*, POSIX_FADV_WILLNEED, RWF_NOWAIT,
  * PROT_*, MAP_PRIVATE, MSG_DONTWAIT, MSG_MORE, MSG_NOSIGNAL, POLLIN, POLLOUT, the EPOLL* events and
  * EPOLL_CTL_*; MADV_HUGEPAGE and the errno values differ only on architectures this table refuses. The
@@ -25,14 +26,15 @@ import org.slf4j.LoggerFactory;
  * @param mapAnonymous     mmap(2)'s MAP_ANONYMOUS
  * @param solSocket        setsockopt(2)'s SOL_SOCKET
  * @param soRcvlowat       SO_RCVLOWAT
+ * @param soPeercred       SO_PEERCRED
  * @param fionread         ioctl(2)'s FIONREAD
  * @param packedEpollEvent struct epoll_event has no padding before its 64-bit data (12 bytes, not 16)
  */
 public record LinuxAbi(String arch, int oDirect, int oDirectory, int oCloexec, int mapAnonymous, int solSocket,
-                       int soRcvlowat, long fionread, boolean packedEpollEvent) {
+                       int soRcvlowat, int soPeercred, long fionread, boolean packedEpollEvent) {
 
-    static final LinuxAbi X86_64 = new LinuxAbi("x86-64", 040000, 0200000, 02000000, 0x20, 1, 18, 0x541B, true);
-    static final LinuxAbi AARCH64 = new LinuxAbi("aarch64", 0200000, 040000, 02000000, 0x20, 1, 18, 0x541B, false);
+    static final LinuxAbi X86_64 = new LinuxAbi("x86-64", 040000, 0200000, 02000000, 0x20, 1, 18, 17, 0x541B, true);
+    static final LinuxAbi AARCH64 = new LinuxAbi("aarch64", 0200000, 040000, 02000000, 0x20, 1, 18, 17, 0x541B, false);
 
     /** This JVM's row, or null where native calls are off: not Linux, or an architecture not in the table. */
     public static final LinuxAbi CURRENT = current();

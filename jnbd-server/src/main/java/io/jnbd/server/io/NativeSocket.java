@@ -13,7 +13,7 @@ import java.nio.ByteBuffer;
 
 /**
  * The socket calls the JDK lacks, through {@code java.lang.foreign}: sends and receives that never wait
- * (MSG_DONTWAIT), sendfile behind a MSG_MORE header, the receive low-water mark, FIONREAD, poll and epoll.
+ * (MSG_DONTWAIT), a Unix peer's credentials as numbers (SO_PEERCRED), sendfile behind a MSG_MORE header, the receive low-water mark, FIONREAD, poll and epoll.
  * Every call here returns instead of waiting on a socket; waiting is the caller's business (see
  * {@code io.jnbd.server.net.Poller}), so these calls are safe on virtual threads. Callers check
  * {@link #AVAILABLE} and keep to the JDK's channels when it is false (another OS, an architecture
@@ -43,6 +43,7 @@ public final class NativeSocket {
     private static final short POLLOUT = 0x4;
     private static final int SOL_SOCKET = ABI == null ? 0 : ABI.solSocket();
     private static final int SO_RCVLOWAT = ABI == null ? 0 : ABI.soRcvlowat();
+    private static final int SO_PEERCRED = ABI == null ? 0 : ABI.soPeercred();
     // The TCP level's numbers come from the generic linux/tcp.h and are the same on every architecture.
     private static final int IPPROTO_TCP = 6;
     private static final int TCP_NOTSENT_LOWAT = 25;
@@ -51,7 +52,7 @@ public final class NativeSocket {
     private static final int MSG_NOSIGNAL = 0x4000;
     private static final long FIONREAD = ABI == null ? 0 : ABI.fionread();
 
-    private static final MethodHandle SEND, SENDFILE, SENDMSG, RECV, SETSOCKOPT, POLL, IOCTL;
+    private static final MethodHandle SEND, SENDFILE, SENDMSG, RECV, SETSOCKOPT, GETSOCKOPT, GETEUID, POLL, IOCTL;
     /**
      * send and recv that may be handed a heap array, pinned for the call rather than copied: both never wait
      * (MSG_DONTWAIT), which is what a critical call must promise. TLS records live in heap buffers (see
@@ -121,6 +122,7 @@ public final class NativeSocket {
 
     static {
         MethodHandle send = null, sendfile = null, sendmsg = null, recv = null, setsockopt = null, poll = null, ioctl = null;
+        MethodHandle getsockopt = null, geteuid = null;
         MethodHandle sendHeap = null, recvHeap = null;
         MethodHandle create = null, ctl = null, wait = null;
         boolean ok = false;
@@ -132,6 +134,8 @@ public final class NativeSocket {
                 sendmsg = Libc.withErrno("sendmsg", FunctionDescriptor.of(l, i, a, i));
                 recv = Libc.withErrno("recv", FunctionDescriptor.of(l, i, a, l, i));
                 setsockopt = Libc.withErrno("setsockopt", FunctionDescriptor.of(i, i, i, i, a, i));
+                getsockopt = Libc.withErrno("getsockopt", FunctionDescriptor.of(i, i, i, i, a, a));
+                geteuid = Libc.plain("geteuid", FunctionDescriptor.of(i));
                 poll = Libc.withErrno("poll", FunctionDescriptor.of(i, a, l, i));
                 ioctl = Libc.withErrno("ioctl", FunctionDescriptor.of(i, i, l, a), Linker.Option.firstVariadicArg(2));
                 create = Libc.withErrno("epoll_create1", FunctionDescriptor.of(i, i));
@@ -150,7 +154,8 @@ public final class NativeSocket {
             ok = false; // no native access: callers keep to the JDK's channels
         }
         SEND_HEAP = sendHeap; RECV_HEAP = recvHeap;
-        SEND = send; SENDFILE = sendfile; SENDMSG = sendmsg; RECV = recv; SETSOCKOPT = setsockopt; POLL = poll; IOCTL = ioctl;
+        SEND = send; SENDFILE = sendfile; SENDMSG = sendmsg; RECV = recv; SETSOCKOPT = setsockopt; POLL = poll;
+        GETSOCKOPT = getsockopt; GETEUID = geteuid; IOCTL = ioctl;
         EPOLL_CREATE1 = create; EPOLL_CTL = ctl; EPOLL_WAIT = wait;
         AVAILABLE = ok;
     }
@@ -379,6 +384,42 @@ public final class NativeSocket {
             throw new IOException("setsockopt", t);
         } finally {
             give(s);
+        }
+    }
+
+    /**
+     * The process at the other end of a Unix-domain socket, as the kernel recorded it when that process connected
+     * (or listened): it cannot be forged by what the peer sends. Ids are unsigned, as the kernel has them.
+     */
+    public record PeerCredentials(long pid, long uid, long gid) {}
+
+    /** {@code getsockopt(SO_PEERCRED)} of a connected Unix-domain socket. */
+    public static PeerCredentials peerCredentials(int socketFd) throws IOException {
+        Scratch s = take();
+        MemorySegment ucred = s.small.asSlice(0, 12); // struct ucred { pid_t pid; uid_t uid; gid_t gid; }, alike on every Linux
+        MemorySegment length = s.small.asSlice(16, 4);
+        length.set(ValueLayout.JAVA_INT, 0, 12);
+        try {
+            int r = (int) GETSOCKOPT.invokeExact(s.state, socketFd, SOL_SOCKET, SO_PEERCRED, ucred, length);
+            if (r < 0) throw new NativeIo.ErrnoException("getsockopt(SO_PEERCRED)", errno(s.state));
+            if (length.get(ValueLayout.JAVA_INT, 0) != 12) throw new IOException("getsockopt(SO_PEERCRED) gave no struct ucred");
+            return new PeerCredentials(Integer.toUnsignedLong(ucred.get(ValueLayout.JAVA_INT, 0)),
+                Integer.toUnsignedLong(ucred.get(ValueLayout.JAVA_INT, 4)), Integer.toUnsignedLong(ucred.get(ValueLayout.JAVA_INT, 8)));
+        } catch (IOException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IOException("getsockopt", t);
+        } finally {
+            give(s);
+        }
+    }
+
+    /** This process's effective user id, which the kernel checks files and sockets against. */
+    public static long effectiveUid() {
+        try {
+            return Integer.toUnsignedLong((int) GETEUID.invokeExact());
+        } catch (Throwable t) {
+            throw new IllegalStateException("geteuid", t);
         }
     }
 
