@@ -102,6 +102,13 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
             + "reports changed, onto an existing DST of the same size: an incremental backup")
     String bitmap;
 
+    /**
+     * From this many dirty bytes on, an incremental copy to a local file writes behind ({@link WriteBehind}). Below
+     * it the page cache holds them all and the final fsync sorts the scattered writes: 645 ranges of 64 KiB onto a
+     * 4 GiB file took 0.95-1.27 s that way against 1.25-1.65 s with write-behind waiting for each range.
+     */
+    private static final long WRITE_BEHIND_MIN = 256L << 20;
+
     /** The metadata context namespace of dirty bitmaps, as qemu names it. */
     static final String BITMAP_CONTEXT = "qemu:dirty-bitmap:";
 
@@ -177,9 +184,11 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                 src.close();
                 throw new java.io.IOException(noBitmap(client, options));
             }
-            try (Disk dst = Disk.openExisting(destination, src.size(), options)) {
+            long estimate = DirtyRanges.total(client, context, src.blockSize()).bytes();
+            try (Disk dst = Disk.openExisting(destination, src.size(), options, estimate >= WRITE_BEHIND_MIN)) {
                 Window window = new Window(src, dst);
-                long dirty = DirtyRanges.total(client, context, window.align).bytes();
+                long dirty = window.align == src.blockSize() ? estimate
+                    : DirtyRanges.total(client, context, window.align).bytes();
                 tally = new CopyTally(dirty, "dirty bytes");
                 long[] ranges = new long[1];
                 int status = run(src, dst, dirty, () -> {

@@ -86,9 +86,10 @@ sealed interface Disk extends AutoCloseable {
     /**
      * Opens {@code spec}, which must exist and have exactly {@code size} bytes, as the destination of an
      * incremental copy: nothing is created, truncated or extended, since only the changed ranges will be written
-     * and the rest must already be the source's.
+     * and the rest must already be the source's. {@code writeBehind}: a regular file's writes go through a
+     * {@link WriteBehind}.
      */
-    static Disk openExisting(String spec, long size, ClientOptions options) throws IOException {
+    static Disk openExisting(String spec, long size, ClientOptions options, boolean writeBehind) throws IOException {
         String again = ": an incremental copy (--bitmap) goes onto the destination of an earlier full copy";
         if (NbdUri.looksLikeUri(spec)) {
             Remote r = new Remote(NbdClient.connect(NbdUri.parse(spec), options));
@@ -111,7 +112,7 @@ sealed interface Disk extends AutoCloseable {
             channel.close();
             throw e;
         }
-        return new Local(path, channel, false, Files.isRegularFile(path) ? WriteBehind.open(path) : null);
+        return new Local(path, channel, false, writeBehind && Files.isRegularFile(path) ? WriteBehind.open(path) : null);
     }
 
     record Remote(NbdClient client) implements Disk {
