@@ -268,7 +268,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                 int n = (int) Math.min(chunk, end - at);
                 slots.acquire();
                 tally.started(pos, n);
-                ChunkBuffers.Lease lease = buffers.lease();
+                ChunkBuffers.Lease lease = buffers.lease(n);
                 CompletableFuture<Void> f;
                 try {
                     f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buffers, lease)
