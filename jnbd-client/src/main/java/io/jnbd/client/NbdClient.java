@@ -402,7 +402,7 @@ public final class NbdClient implements AutoCloseable {
 
     /** Block status of the whole range, asking as many times as the server needs to describe it all. */
     public CompletableFuture<List<Extent>> extents(long offset, long length) {
-        return walk(offset, length, (at, n) -> blockStatus(at, n), Extent::end);
+        return StatusWalk.walk(offset, length, (at, n) -> blockStatus(at, n), Extent::end);
     }
 
     /**
@@ -424,7 +424,7 @@ public final class NbdClient implements AutoCloseable {
     /** {@link #blockStatus(String, long, long)} of the whole range, asking as many times as the server needs. */
     public CompletableFuture<List<MetaExtent>> metaExtents(String context, long offset, long length) {
         requireNegotiated(context);
-        return walk(offset, length, (at, n) -> blockStatus(context, at, n), MetaExtent::end);
+        return StatusWalk.walk(offset, length, (at, n) -> blockStatus(context, at, n), MetaExtent::end);
     }
 
     /**
@@ -460,30 +460,6 @@ public final class NbdClient implements AutoCloseable {
                 clipped.add(new MetaExtent(e.offset(), Math.min(e.length(), offset + length - e.offset()), e.flags()));
             }
             return clipped;
-        });
-    }
-
-    private interface StatusRequest<T> {
-        CompletableFuture<List<T>> ask(long offset, long length);
-    }
-
-    /** Asks for status from {@code offset} on, again where each answer stopped, until the range is covered. */
-    private static <T> CompletableFuture<List<T>> walk(long offset, long length, StatusRequest<T> request,
-                                                        java.util.function.ToLongFunction<T> end) {
-        List<T> out = new ArrayList<>();
-        return walkFrom(offset, offset + length, request, end, out).thenApply(v -> List.copyOf(out));
-    }
-
-    private static <T> CompletableFuture<Void> walkFrom(long at, long stop, StatusRequest<T> request,
-                                                       java.util.function.ToLongFunction<T> end, List<T> out) {
-        if (at >= stop) return CompletableFuture.completedFuture(null);
-        return request.ask(at, stop - at).thenCompose(list -> {
-            long next = at;
-            for (T e : list) {
-                out.add(e);
-                next = end.applyAsLong(e);
-            }
-            return walkFrom(next, stop, request, end, out);
         });
     }
 
