@@ -2,6 +2,8 @@ package io.jnbd.cli;
 
 import io.jnbd.client.ClientOptions;
 import io.jnbd.client.Extent;
+import io.jnbd.client.NbdClient;
+import io.jnbd.client.NbdUri;
 
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
@@ -33,6 +35,15 @@ import picocli.CommandLine.Parameters;
         "multi-conn. A progress bar with the rate and the time left is drawn on",
         "stderr when stderr is a terminal.",
         "",
+        "With --bitmap NAME only what changed is copied: the ranges that SRC's",
+        "dirty bitmap NAME reports dirty (its metadata context",
+        "qemu:dirty-bitmap:NAME, as qemu-nbd -B NAME exports it), onto an",
+        "existing DST of the same size, such as an earlier full copy; DST is",
+        "neither created nor truncated. A dirty range that now reads as zeroes is",
+        "zeroed on DST, never skipped. The progress bar counts dirty bytes, and a",
+        "line on stdout gives the dirty bytes copied against the disk's size. A",
+        "NAME that SRC does not offer fails with the names it does offer.",
+        "",
         "Exit status: 0 when every byte was copied; 1 on failure, with one line",
         "naming what failed and how far the copy got; 2 on a usage error (bad",
         "options, unusable TLS files); 130 or 143 when stopped by SIGINT (Ctrl-C)",
@@ -48,13 +59,17 @@ import picocli.CommandLine.Parameters;
         "  jnbd copy --connections 4 nbd://a/x nbd://b/y",
         "  jnbd copy 'nbd+unix:///?socket=/run/nbd.sock' out.raw",
         "  # over TLS, the server's certificate checked against DIR/ca-cert.pem",
-        "  jnbd copy 'nbds://server/disk?tls-certificates=/etc/pki/jnbd' disk.img"})
+        "  jnbd copy 'nbds://server/disk?tls-certificates=/etc/pki/jnbd' disk.img",
+        "  # incremental backup: backup.raw is a full copy of disk.qcow2 made when",
+        "  # its bitmap b0 was added (qemu-img bitmap --add disk.qcow2 b0)",
+        "  qemu-nbd -r -t -f qcow2 -B b0 -p 10810 disk.qcow2 &",
+        "  jnbd copy --bitmap b0 nbd://127.0.0.1:10810/ backup.raw"})
 public final class CopyCommand implements java.util.concurrent.Callable<Integer> {
 
     @Parameters(index = "0", paramLabel = "SRC", description = "source: NBD URI or local file")
     String source;
 
-    @Parameters(index = "1", paramLabel = "DST", description = "destination: NBD URI or local file (created or truncated)")
+    @Parameters(index = "1", paramLabel = "DST", description = "destination: NBD URI or local file (created or truncated; with --bitmap: existing, kept)")
     String destination;
 
     @Option(names = "--connections", paramLabel = "N", defaultValue = "4",
@@ -82,6 +97,21 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         description = "draw a progress bar with rate and time left on stderr (default: only when stderr is a terminal)")
     Boolean progress;
 
+    @Option(names = "--bitmap", paramLabel = "NAME",
+        description = "copy only the ranges that SRC's dirty bitmap NAME (metadata context qemu:dirty-bitmap:NAME) "
+            + "reports changed, onto an existing DST of the same size: an incremental backup")
+    String bitmap;
+
+    /**
+     * From this many dirty bytes on, an incremental copy to a local file writes behind ({@link WriteBehind}). Below
+     * it the page cache holds them all and the final fsync sorts the scattered writes: 645 ranges of 64 KiB onto a
+     * 4 GiB file took 0.95-1.27 s that way against 1.25-1.65 s with write-behind waiting for each range.
+     */
+    private static final long WRITE_BEHIND_MIN = 256L << 20;
+
+    /** The metadata context namespace of dirty bitmaps, as qemu names it. */
+    static final String BITMAP_CONTEXT = "qemu:dirty-bitmap:";
+
     @picocli.CommandLine.Spec
     picocli.CommandLine.Model.CommandSpec spec;
 
@@ -96,27 +126,98 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         }
         ClientOptions options = ClientOptions.defaults().withConnections(connections).withRequestsInFlight(requests)
             .withRequestTimeout(Duration.ofSeconds(timeoutSeconds));
+        if (bitmap != null) return incremental(options);
         try (Disk src = Disk.open(source, options); Disk dst = Disk.create(destination, src.size(), options)) {
             long size = src.size();
             tally = new CopyTally(size);
-            try (Progress bar = Progress.ofBytes("copy", size, progress)) {
-                this.bar = bar;
-                Thread stopped = Thread.ofPlatform().unstarted(() -> stopped(src, dst));
-                Runtime.getRuntime().addShutdownHook(stopped);
-                try {
-                    copy(src, dst, size);
-                    if (tally.failure() == null) dst.flush();
-                } finally {
-                    forget(stopped);
+            return run(src, dst, size, () -> copy(src, dst, size));
+        }
+    }
+
+    private interface Body {
+        void run() throws Exception;
+    }
+
+    /**
+     * Runs a copy's {@code body} under a progress bar of {@code total} bytes and a hook that reports a stop, flushes
+     * the destination, and says what failed: 0 or 1.
+     */
+    private int run(Disk src, Disk dst, long total, Body body) throws Exception {
+        try (Progress bar = Progress.ofBytes("copy", total, progress)) {
+            this.bar = bar;
+            Thread stopped = Thread.ofPlatform().unstarted(() -> stopped(src, dst));
+            Runtime.getRuntime().addShutdownHook(stopped);
+            try {
+                body.run();
+                if (tally.failure() == null) dst.flush();
+            } finally {
+                forget(stopped);
+            }
+        }
+        Throwable f = tally.failure();
+        if (f != null) {
+            spec.commandLine().getErr().println("jnbd copy: failed at offset " + tally.failedAt() + ": " + message(f)
+                + "; " + tally.howFar(src.name(), dst.name()));
+            return 1;
+        }
+        return 0;
+    }
+
+    /**
+     * {@code --bitmap}: only the ranges the source's dirty bitmap reports dirty, onto the existing destination. A
+     * dirty range that now reads as zeroes is copied like any other (read, found to be zeroes, zeroed on the
+     * destination): skipping it would leave the old data there. The bitmap is walked twice, first to count the
+     * dirty bytes for the progress bar, then to copy them: a few block status requests per 4 GiB, where keeping
+     * every range between the passes could take memory in proportion to the disk.
+     */
+    private int incremental(ClientOptions options) throws Exception {
+        if (bitmap.isEmpty()) throw new picocli.CommandLine.ParameterException(spec.commandLine(), "--bitmap needs a name");
+        if (!NbdUri.looksLikeUri(source)) {
+            throw new picocli.CommandLine.ParameterException(spec.commandLine(),
+                "--bitmap needs an NBD source (a local file has no dirty bitmap): " + source);
+        }
+        String context = BITMAP_CONTEXT + bitmap;
+        try (Disk src = Disk.open(source, options.withMetaContexts(context))) {
+            NbdClient client = ((Disk.Remote) src).client();
+            if (!client.metaContexts().contains(context)) {
+                // First let go of the export: qemu-nbd serves one client at a time unless told otherwise.
+                src.close();
+                throw new java.io.IOException(noBitmap(client, options));
+            }
+            long estimate = DirtyRanges.total(client, context, src.blockSize()).bytes();
+            try (Disk dst = Disk.openExisting(destination, src.size(), options, estimate >= WRITE_BEHIND_MIN)) {
+                Window window = new Window(src, dst);
+                long dirty = window.align == src.blockSize() ? estimate
+                    : DirtyRanges.total(client, context, window.align).bytes();
+                tally = new CopyTally(dirty, "dirty bytes");
+                long[] ranges = new long[1];
+                int status = run(src, dst, dirty, () -> {
+                    DirtyRanges.walk(client, context, window.align, (offset, length) -> {
+                        ranges[0]++;
+                        window.copyRange(offset, offset + length);
+                    });
+                    window.drain();
+                });
+                if (status == 0) {
+                    spec.commandLine().getOut().println("jnbd copy: copied " + tally.copied() + " dirty bytes ("
+                        + ranges[0] + " ranges, bitmap " + bitmap + ") of " + src.size() + " ("
+                        + Sizes.percent(tally.copied(), src.size()) + " of the disk) from " + src.name() + " to " + dst.name());
                 }
+                return status;
             }
-            Throwable f = tally.failure();
-            if (f != null) {
-                spec.commandLine().getErr().println("jnbd copy: failed at offset " + tally.failedAt() + ": " + message(f)
-                    + "; " + tally.howFar(src.name(), dst.name()));
-                return 1;
-            }
-            return 0;
+        }
+    }
+
+    /** "no bitmap 'x' on SRC; it has: b0, b1", or "it has none". */
+    private String noBitmap(NbdClient client, ClientOptions options) {
+        String what = "no bitmap '" + bitmap + "' on " + source;
+        try {
+            java.util.List<String> names = NbdClient.listMetaContexts(client.uri(), options, BITMAP_CONTEXT).stream()
+                .filter(c -> c.startsWith(BITMAP_CONTEXT)).map(c -> c.substring(BITMAP_CONTEXT.length())).toList();
+            if (names.isEmpty() && !client.info().structuredReplies()) return what + "; it offers no metadata contexts";
+            return what + "; it has" + (names.isEmpty() ? " none" : ": " + String.join(", ", names));
+        } catch (java.io.IOException e) {
+            return what + " (listing its bitmaps failed: " + message(e) + ")";
         }
     }
 
@@ -140,14 +241,58 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         }
     }
 
-    private void copy(Disk src, Disk dst, long size) throws Exception {
-        int align = Math.max(src.blockSize(), dst.blockSize());
-        int chunk = Math.max(align, requestSize / align * align);
-        int window = Math.max(1, requests * connections);
-        Semaphore slots = new Semaphore(window);
-        boolean spliced = splice && src instanceof Disk.Remote a && dst instanceof Disk.Remote b && a.client().canSpliceTo(b.client());
-        ChunkBuffers buffers = new ChunkBuffers(chunk);
+    /** What every chunk of one copy shares: the bound on chunks in flight, their buffers and how they move. */
+    private final class Window {
+        final Disk src;
+        final Disk dst;
+        final int align;
+        final int chunk;
+        final int size = Math.max(1, requests * connections);
+        final Semaphore slots = new Semaphore(size);
+        final boolean spliced;
+        final ChunkBuffers buffers;
 
+        Window(Disk src, Disk dst) {
+            this.src = src;
+            this.dst = dst;
+            this.align = Math.max(src.blockSize(), dst.blockSize());
+            this.chunk = Math.max(align, requestSize / align * align);
+            this.spliced = splice && src instanceof Disk.Remote a && dst instanceof Disk.Remote b && a.client().canSpliceTo(b.client());
+            this.buffers = new ChunkBuffers(chunk);
+        }
+
+        /** Copies {@code [start, end)} as data, a chunk per request, up to the window's bound in flight. */
+        void copyRange(long start, long end) throws InterruptedException {
+            for (long at = start; at < end && tally.failure() == null; ) {
+                long pos = at;
+                int n = (int) Math.min(chunk, end - at);
+                slots.acquire();
+                tally.started(pos, n);
+                ChunkBuffers.Lease lease = buffers.lease(n);
+                CompletableFuture<Void> f;
+                try {
+                    f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buffers, lease)
+                        : copyChunk(src, dst, pos, n, buffers, lease);
+                } catch (RuntimeException ex) {
+                    f = CompletableFuture.failedFuture(ex);
+                }
+                f.whenComplete((v, ex) -> {
+                    done(pos, n, ex);
+                    lease.release();
+                    slots.release();
+                });
+                at += n;
+            }
+        }
+
+        /** Waits for every request in flight; each is bounded by the request timeout. */
+        void drain() throws InterruptedException {
+            slots.acquire(size);
+        }
+    }
+
+    private void copy(Disk src, Disk dst, long size) throws Exception {
+        Window window = new Window(src, dst);
         long offset = 0;
         while (offset < size && tally.failure() == null) {
             // Ask for status a stretch ahead; the source may answer for less, and we continue where it stopped.
@@ -158,34 +303,14 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
             for (Extent e : extents) {
                 if (tally.failure() != null) break;
                 if (e.zero()) {
-                    submit(slots, e.offset(), e.length(), () -> dst.zero(e.offset(), e.length()));
+                    submit(window.slots, e.offset(), e.length(), () -> dst.zero(e.offset(), e.length()));
                 } else {
-                    for (long at = e.offset(); at < e.end() && tally.failure() == null; ) {
-                        long pos = at;
-                        int n = (int) Math.min(chunk, e.end() - at);
-                        slots.acquire();
-                        tally.started(pos, n);
-                        ChunkBuffers.Lease lease = buffers.lease();
-                        CompletableFuture<Void> f;
-                        try {
-                            f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buffers, lease)
-                                : copyChunk(src, dst, pos, n, buffers, lease);
-                        } catch (RuntimeException ex) {
-                            f = CompletableFuture.failedFuture(ex);
-                        }
-                        f.whenComplete((v, ex) -> {
-                            done(pos, n, ex);
-                            lease.release();
-                            slots.release();
-                        });
-                        at += n;
-                    }
+                    window.copyRange(e.offset(), e.end());
                 }
                 offset = e.end();
             }
         }
-        // Wait for every request in flight; each is bounded by the request timeout.
-        slots.acquire(window);
+        window.drain();
     }
 
     /**

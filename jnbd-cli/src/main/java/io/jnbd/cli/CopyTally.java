@@ -13,6 +13,8 @@ import java.util.concurrent.atomic.AtomicReference;
  */
 final class CopyTally {
     private final long size;
+    /** What is counted: "bytes", or "dirty bytes" for an incremental copy, whose total is the dirty ones. */
+    private final String unit;
     private final AtomicLong copied = new AtomicLong();
     /** Offsets of the chunks started and not yet finished. */
     private final ConcurrentSkipListSet<Long> inFlight = new ConcurrentSkipListSet<>();
@@ -22,7 +24,12 @@ final class CopyTally {
     private volatile long failedAt = -1;
 
     CopyTally(long size) {
-        this.size = size;
+        this(size, "bytes");
+    }
+
+    CopyTally(long total, String unit) {
+        this.size = total;
+        this.unit = unit;
     }
 
     /** Before the chunk's first request is sent. */
@@ -65,11 +72,14 @@ final class CopyTally {
         return f >= 0 ? Math.min(bound, f) : bound;
     }
 
-    /** "copied N of SIZE bytes (P%) from A to B; the first X bytes are complete". */
+    /**
+     * "copied N of SIZE bytes (P%) from A to B; the first X bytes are complete" ("of D dirty bytes" for an
+     * incremental copy: X is still an offset on the disk, below which every dirty byte is copied).
+     */
     String howFar(String from, String to) {
         long complete = prefix(); // before the count, which only grows: never more complete than copied
         long n = copied.get();
-        return "copied " + n + " of " + size + " bytes (" + Sizes.percent(n, size) + ") from " + from + " to " + to
+        return "copied " + n + " of " + size + " " + unit + " (" + Sizes.percent(n, size) + ") from " + from + " to " + to
             + "; the first " + complete + " bytes are complete";
     }
 }

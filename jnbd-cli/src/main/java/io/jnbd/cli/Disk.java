@@ -83,6 +83,38 @@ sealed interface Disk extends AutoCloseable {
         return new Local(path, raf.getChannel(), true, WriteBehind.open(path));
     }
 
+    /**
+     * Opens {@code spec}, which must exist and have exactly {@code size} bytes, as the destination of an
+     * incremental copy: nothing is created, truncated or extended, since only the changed ranges will be written
+     * and the rest must already be the source's. {@code writeBehind}: a regular file's writes go through a
+     * {@link WriteBehind}.
+     */
+    static Disk openExisting(String spec, long size, ClientOptions options, boolean writeBehind) throws IOException {
+        String again = ": an incremental copy (--bitmap) goes onto the destination of an earlier full copy";
+        if (NbdUri.looksLikeUri(spec)) {
+            Remote r = new Remote(NbdClient.connect(NbdUri.parse(spec), options));
+            if (r.client.info().readOnly() || r.size() != size) {
+                r.close();
+                throw new IOException("destination " + spec + (r.client.info().readOnly() ? " is read-only"
+                    : " has " + r.size() + " bytes, the source " + size + again));
+            }
+            return r;
+        }
+        Path path = Path.of(spec);
+        if (!Files.exists(path)) {
+            throw new NoSuchFileException(spec, null, "no such file" + again + "; it creates none");
+        }
+        FileChannel channel = FileChannel.open(path, StandardOpenOption.WRITE, StandardOpenOption.READ);
+        try {
+            long has = channel.size();
+            if (has != size) throw new IOException("destination " + spec + " has " + has + " bytes, the source " + size + again);
+        } catch (IOException e) {
+            channel.close();
+            throw e;
+        }
+        return new Local(path, channel, false, writeBehind && Files.isRegularFile(path) ? WriteBehind.open(path) : null);
+    }
+
     record Remote(NbdClient client) implements Disk {
         public String name() { return client.uri().toString(); }
         public long size() { return client.size(); }
@@ -154,13 +186,15 @@ sealed interface Disk extends AutoCloseable {
             // A fresh file is all hole: leaving the range alone keeps it sparse.
             if (fresh) return CompletableFuture.completedFuture(null);
             ByteBuffer z = ByteBuffer.allocate((int) Math.min(length, 1 << 20));
+            List<CompletableFuture<Void>> writes = new java.util.ArrayList<>();
             for (long done = 0; done < length; ) {
                 int n = (int) Math.min(z.capacity(), length - done);
                 var f = write(offset + done, z.slice(0, n));
                 if (f.isCompletedExceptionally()) return f;
+                writes.add(f); // with a WriteBehind, still running on its thread
                 done += n;
             }
-            return CompletableFuture.completedFuture(null);
+            return CompletableFuture.allOf(writes.toArray(CompletableFuture[]::new));
         }
 
         public List<Extent> extents(long offset, long length) {

@@ -40,4 +40,14 @@ class CopyTallyTest {
         assertThat(t.prefix()).isEqualTo(10);
         assertThat(t.copied()).isEqualTo(10);
     }
+
+    @Test
+    void anIncrementalCopyCountsDirtyBytesAgainstTheirTotalAndItsPrefixIsStillAnOffset() {
+        // 20 dirty bytes in two ranges of a 1000-byte disk: the prefix is where every dirty byte below is copied.
+        CopyTally t = new CopyTally(20, "dirty bytes");
+        t.started(100, 10);
+        t.started(500, 10);
+        t.finished(100, 10, null);
+        assertThat(t.howFar("a", "b")).isEqualTo("copied 10 of 20 dirty bytes (50.0%) from a to b; the first 500 bytes are complete");
+    }
 }

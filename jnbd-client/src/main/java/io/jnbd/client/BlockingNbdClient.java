@@ -72,6 +72,19 @@ public final class BlockingNbdClient {
         return await(client.extents(offset, length));
     }
 
+    /** See {@link NbdClient#blockStatus(String, long, long)}; a context not negotiated is an IllegalArgumentException. */
+    public List<MetaExtent> blockStatus(String context, long offset, long length) throws IOException {
+        return await(client.blockStatus(context, offset, length));
+    }
+
+    public List<MetaExtent> metaExtents(String context, long offset, long length) throws IOException {
+        return await(client.metaExtents(context, offset, length));
+    }
+
+    public List<String> metaContexts() {
+        return client.metaContexts();
+    }
+
     static <T> T await(CompletableFuture<T> f) throws IOException {
         try {
             return f.get();

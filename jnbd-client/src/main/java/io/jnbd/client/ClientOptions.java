@@ -1,9 +1,12 @@
 package io.jnbd.client;
 
+import io.jnbd.protocol.MetaContextRequest;
 import io.jnbd.tls.TlsClientSettings;
 
 import java.net.InetSocketAddress;
 import java.time.Duration;
+import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.concurrent.Executor;
 
 /**
@@ -28,17 +31,26 @@ import java.util.concurrent.Executor;
  *                          "Where callbacks run", lists them all)
  * @param tls               TLS for every connection, even to an {@code nbd://} URI; null: only where the URI asks
  *                          for it ({@code nbds://}). See {@link #withTls}
+ * @param metaContexts      metadata contexts to negotiate besides {@code base:allocation}; see {@link #withMetaContexts}
  */
 public record ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
                             boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
-                            Executor completionExecutor, TlsClientSettings tls) {
+                            Executor completionExecutor, TlsClientSettings tls, List<String> metaContexts) {
+
+    /** Options without metadata contexts beyond base:allocation: the form before them, kept for source compatibility. */
+    public ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
+                         boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
+                         Executor completionExecutor, TlsClientSettings tls) {
+        this(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead,
+            cachePageSize, completionExecutor, tls, List.of());
+    }
 
     /** Options without TLS of their own: the form before TLS, kept for source compatibility. */
     public ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
                          boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
                          Executor completionExecutor) {
         this(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead,
-            cachePageSize, completionExecutor, null);
+            cachePageSize, completionExecutor, null, List.of());
     }
 
     public ClientOptions {
@@ -52,40 +64,47 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
         if (cachePageSize < 512 || Integer.bitCount(cachePageSize) != 1) {
             throw new IllegalArgumentException("cachePageSize must be a power of two of at least 512");
         }
+        metaContexts = metaContexts == null ? List.of() : List.copyOf(new LinkedHashSet<>(metaContexts));
+        for (String c : metaContexts) {
+            if (c.isEmpty()) throw new IllegalArgumentException("a metadata context name must not be empty");
+        }
+        if (metaContexts.size() >= MetaContextRequest.MAX_QUERIES) {
+            throw new IllegalArgumentException("at most " + (MetaContextRequest.MAX_QUERIES - 1) + " metadata contexts");
+        }
     }
 
     /** One connection, 64 requests in flight, 10 s to connect, 2 min per request, structured replies, no cache. */
     public static ClientOptions defaults() {
-        return new ClientOptions(1, 64, Duration.ofSeconds(10), Duration.ofMinutes(2), true, 0, 0, 64 * 1024, null, null);
+        return new ClientOptions(1, 64, Duration.ofSeconds(10), Duration.ofMinutes(2), true, 0, 0, 64 * 1024, null, null, List.of());
     }
 
     public ClientOptions withConnections(int n) {
-        return new ClientOptions(n, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
+        return new ClientOptions(n, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
     }
 
     public ClientOptions withRequestsInFlight(int n) {
-        return new ClientOptions(connections, n, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
+        return new ClientOptions(connections, n, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
     }
 
     public ClientOptions withConnectTimeout(Duration d) {
-        return new ClientOptions(connections, requestsInFlight, d, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
+        return new ClientOptions(connections, requestsInFlight, d, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
     }
 
     public ClientOptions withRequestTimeout(Duration d) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, d, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, d, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
     }
 
     public ClientOptions withStructuredReplies(boolean on) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, on, cacheSize, readahead, cachePageSize, completionExecutor, tls);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, on, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
     }
 
     /** Turns on the read cache: {@code size} bytes, of which sequential readers prefetch {@code readahead} ahead. */
     public ClientOptions withCache(long size, long readahead) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, size, readahead, cachePageSize, completionExecutor, tls);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, size, readahead, cachePageSize, completionExecutor, tls, metaContexts);
     }
 
     public ClientOptions withCachePageSize(int pageSize) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, pageSize, completionExecutor, tls);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, pageSize, completionExecutor, tls, metaContexts);
     }
 
     /**
@@ -93,7 +112,7 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
      * callbacks do not hold up other replies; null restores the default.
      */
     public ClientOptions withCompletionExecutor(Executor executor) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, executor, tls);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, executor, tls, metaContexts);
     }
 
     /**
@@ -104,7 +123,17 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
      * host is then checked.
      */
     public ClientOptions withTls(TlsClientSettings settings) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, settings);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, settings, metaContexts);
+    }
+
+    /**
+     * Negotiates these metadata contexts (e.g. {@code qemu:dirty-bitmap:b0}) besides {@code base:allocation}, for
+     * {@link NbdClient#blockStatus(String, long, long)}. A context the server does not offer is simply not
+     * negotiated: {@link NbdClient#metaContexts()} says which were, {@link NbdClient#listMetaContexts} which
+     * exist. Queries with an empty leaf ({@code qemu:dirty-bitmap:}) select what the server chooses to give.
+     */
+    public ClientOptions withMetaContexts(String... contexts) {
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, List.of(contexts));
     }
 
     /** The TLS a connection to {@code uri} uses under these options, or null for none. */

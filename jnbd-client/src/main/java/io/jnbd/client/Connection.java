@@ -23,6 +23,8 @@ final class Connection {
     private final Transport transport;
     private final String peer;
     private final ExportInfo info;
+    /** The negotiated metadata contexts, in the server's order; their ids are this connection's own. */
+    private final java.util.List<String> metaContexts;
     private final long requestTimeoutNanos;
     /** Looks for requests past their deadline; null without a request timeout. */
     private final ScheduledFuture<?> sweeper;
@@ -45,10 +47,11 @@ final class Connection {
         this.transport = handshake.transport();
         this.peer = peer;
         this.info = handshake.info();
+        this.metaContexts = java.util.List.copyOf(handshake.contexts().values());
         this.requestTimeoutNanos = options.requestTimeout().toNanos();
         this.completionExecutor = options.completionExecutor();
         this.sender = new Sender(this, transport, options.requestsInFlight(), peer + "#" + index);
-        Receiver receiver = new Receiver(this, transport, peer, info, handshake.baseAllocationId());
+        Receiver receiver = new Receiver(this, transport, peer, info, handshake.contexts());
         this.reader = Thread.ofPlatform().daemon().name("jnbd-reader-" + peer + "#" + index).unstarted(receiver::run);
         reader.start();
         sender.start(reader);
@@ -65,6 +68,10 @@ final class Connection {
 
     ExportInfo info() {
         return info;
+    }
+
+    java.util.List<String> metaContexts() {
+        return metaContexts;
     }
 
     String peer() {

@@ -73,7 +73,7 @@ final class Connector {
                                                 ScheduledExecutorService timer) throws IOException {
         List<Connection> opened = new ArrayList<>();
         try {
-            Connection first = open(uri, options, tls, timer, 0, null);
+            Connection first = open(uri, options, tls, timer, 0, null, null);
             opened.add(first);
             ExportInfo info = first.info();
             int want = info.canMultiConn() ? options.connections() : 1;
@@ -85,7 +85,7 @@ final class Connector {
                 CompletableFuture<Connection> f = new CompletableFuture<>();
                 Thread.ofPlatform().daemon().name("jnbd-connect-" + index).start(() -> {
                     try {
-                        f.complete(open(uri, options, tls, timer, index, info));
+                        f.complete(open(uri, options, tls, timer, index, info, first.metaContexts()));
                     } catch (Throwable t) {
                         f.completeExceptionally(t);
                     }
@@ -126,15 +126,29 @@ final class Connector {
         }
     }
 
+    static List<String> listMetaContexts(NbdUri uri, ClientOptions options, List<String> queries) throws IOException {
+        TlsClient tls = loadTls(uri, options);
+        return onPlatformThread(() -> {
+            ScheduledExecutorService timer = newTimer();
+            try (SocketChannel channel = openChannel(uri, options)) {
+                return withDeadline(channel, uri, options, timer,
+                    () -> new Handshake(Transport.plain(channel), peer(uri), tls).listMetaContexts(uri.exportName(), queries));
+            } finally {
+                stopTimer(timer);
+            }
+        });
+    }
+
     private static Connection open(NbdUri uri, ClientOptions options, TlsClient tls, ScheduledExecutorService timer,
-                                   int index, ExportInfo expected) throws IOException {
+                                   int index, ExportInfo expected, List<String> expectedContexts) throws IOException {
         SocketChannel channel = openChannel(uri, options);
         try {
             // The deadline covers the TLS handshake too: closing the socket ends it wherever it waits.
             Handshake.Result result = withDeadline(channel, uri, options, timer,
-                () -> new Handshake(Transport.plain(channel), peer(uri), tls).go(uri.exportName(), options.structuredReplies()));
+                () -> new Handshake(Transport.plain(channel), peer(uri), tls).go(uri.exportName(), options.structuredReplies(), options.metaContexts()));
             if (expected != null && (result.info().size() != expected.size()
-                || result.info().transmissionFlags() != expected.transmissionFlags())) {
+                || result.info().transmissionFlags() != expected.transmissionFlags()
+                || !List.copyOf(result.contexts().values()).equals(expectedContexts))) {
                 throw new NbdException(peer(uri) + " described the export differently on connection " + index);
             }
             return new Connection(peer(uri), result, timer, options, index);

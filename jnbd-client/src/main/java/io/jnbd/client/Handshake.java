@@ -16,7 +16,9 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The client side of fixed newstyle option haggling, run on a blocking channel before the
@@ -32,8 +34,12 @@ final class Handshake {
     /** How jnbd-tls starts its reasons; the client's message names the peer instead. */
     private static final List<String> TLS_PREFIXES = List.of("TLS handshake failed: ", "TLS session failed: ");
 
-    /** What the handshake settled for the transmission phase, and the stream it goes on in (TLS or not). */
-    record Result(ExportInfo info, int baseAllocationId, Transport transport) {}
+    /**
+     * What the handshake settled for the transmission phase, and the stream it goes on in (TLS or not).
+     * {@code contexts}: the negotiated metadata contexts by this connection's ids for them, in the order the server
+     * named them.
+     */
+    record Result(ExportInfo info, Map<Integer, String> contexts, Transport transport) {}
 
     /** Plain at first; the TLS session once STARTTLS has succeeded. */
     private Transport transport;
@@ -102,32 +108,22 @@ final class Handshake {
         return new NbdConnectionException("TLS handshake with " + peer + " failed: " + why, e);
     }
 
-    /** Negotiates structured replies and base:allocation (if wanted), then enters transmission with {@code export}. */
-    Result go(String export, boolean wantStructured) throws IOException {
+    /**
+     * Negotiates structured replies and, with them, base:allocation and {@code extraContexts}, then enters
+     * transmission with {@code export}.
+     */
+    Result go(String export, boolean wantStructured, List<String> extraContexts) throws IOException {
         greet();
-        boolean structured = false;
-        int baseAllocationId = -1;
-        if (wantStructured) {
-            sendOption(Nbd.OPT_STRUCTURED_REPLY, ByteBuffer.allocate(0));
-            Reply r = readReply(Nbd.OPT_STRUCTURED_REPLY);
-            structured = r.header.type() == Nbd.REP_ACK;
-            if (!structured && !r.header.isError()) throw violation("unexpected reply " + r.name() + " to STRUCTURED_REPLY");
-        }
+        boolean structured = wantStructured && structuredReplies();
+        Map<Integer, String> contexts = Map.of();
         if (structured) {
-            var request = new MetaContextRequest(export, List.of(Nbd.CONTEXT_BASE_ALLOCATION));
-            ByteBuffer data = ByteBuffer.allocate(request.encodedLength());
-            request.encode(data);
-            sendOption(Nbd.OPT_SET_META_CONTEXT, data.flip());
-            while (true) {
-                Reply r = readReply(Nbd.OPT_SET_META_CONTEXT);
-                if (r.header.type() == Nbd.REP_ACK || r.header.isError()) break;
-                if (r.header.type() != Nbd.REP_META_CONTEXT || r.data.remaining() < 4) {
-                    throw violation("unexpected reply " + r.name() + " to SET_META_CONTEXT");
-                }
-                int id = r.data.getInt();
-                String name = decode(r.data, r.data.remaining());
-                if (name.equals(Nbd.CONTEXT_BASE_ALLOCATION)) baseAllocationId = id;
-            }
+            List<String> queries = new ArrayList<>(List.of(Nbd.CONTEXT_BASE_ALLOCATION));
+            for (String c : extraContexts) if (!queries.contains(c)) queries.add(c);
+            contexts = setMetaContexts(export, queries);
+        }
+        int baseAllocationId = -1;
+        for (var c : contexts.entrySet()) {
+            if (c.getValue().equals(Nbd.CONTEXT_BASE_ALLOCATION)) baseAllocationId = c.getKey();
         }
 
         var request = new ExportRequest(export, List.of(Nbd.INFO_NAME, Nbd.INFO_DESCRIPTION, Nbd.INFO_BLOCK_SIZE));
@@ -144,7 +140,7 @@ final class Handshake {
             if (type == Nbd.REP_ACK) break;
             if (type == Nbd.REP_ERR_UNSUP) {
                 // An old server without GO: EXPORT_NAME cannot report errors or block sizes, but it works.
-                return exportName(export, structured, baseAllocationId);
+                return exportName(export, structured, contexts, baseAllocationId);
             }
             if (r.header.isError()) {
                 // Tell the server we are leaving rather than just hanging up on it.
@@ -169,10 +165,71 @@ final class Handshake {
         }
         if (exportInfo == null) throw violation("GO acknowledged without NBD_INFO_EXPORT");
         return new Result(exportInfo(name, description, exportInfo.size(), exportInfo.transmissionFlags(), blockSize,
-            structured, baseAllocationId), baseAllocationId, transport);
+            structured, baseAllocationId), contexts, transport);
     }
 
-    private Result exportName(String export, boolean structured, int baseAllocationId) throws IOException {
+    private boolean structuredReplies() throws IOException {
+        sendOption(Nbd.OPT_STRUCTURED_REPLY, ByteBuffer.allocate(0));
+        Reply r = readReply(Nbd.OPT_STRUCTURED_REPLY);
+        boolean structured = r.header.type() == Nbd.REP_ACK;
+        if (!structured && !r.header.isError()) throw violation("unexpected reply " + r.name() + " to STRUCTURED_REPLY");
+        return structured;
+    }
+
+    /**
+     * SET_META_CONTEXT: the contexts the server selected, by their ids, in its order. A refusal leaves none
+     * negotiated; the export is still usable.
+     */
+    private Map<Integer, String> setMetaContexts(String export, List<String> queries) throws IOException {
+        Map<Integer, String> contexts = new LinkedHashMap<>();
+        List<Map.Entry<Integer, String>> replies = metaContexts(Nbd.OPT_SET_META_CONTEXT, export, queries);
+        if (replies == null) return Map.of();
+        for (var c : replies) {
+            String earlier = contexts.putIfAbsent(c.getKey(), c.getValue());
+            if (earlier != null) {
+                throw violation("context id " + Integer.toUnsignedString(c.getKey()) + " given to both '" + earlier
+                    + "' and '" + c.getValue() + "'");
+            }
+        }
+        return contexts;
+    }
+
+    /** The id and name of each REP_META_CONTEXT the option is answered with; null if it was refused. */
+    private List<Map.Entry<Integer, String>> metaContexts(int option, String export, List<String> queries)
+            throws IOException {
+        var request = new MetaContextRequest(export, queries);
+        ByteBuffer data = ByteBuffer.allocate(request.encodedLength());
+        request.encode(data);
+        sendOption(option, data.flip());
+        List<Map.Entry<Integer, String>> contexts = new ArrayList<>();
+        while (true) {
+            Reply r = readReply(option);
+            if (r.header.type() == Nbd.REP_ACK) return contexts;
+            if (r.header.isError()) {
+                if (option == Nbd.OPT_SET_META_CONTEXT) return null;
+                throw optionError("LIST_META_CONTEXT", export, r);
+            }
+            if (r.header.type() != Nbd.REP_META_CONTEXT || r.data.remaining() < 4) {
+                throw violation("unexpected reply " + r.name() + " to " + Nbd.optionName(option));
+            }
+            int id = r.data.getInt();
+            contexts.add(Map.entry(id, decode(r.data, r.data.remaining())));
+        }
+    }
+
+    /** The metadata contexts of {@code export} that match {@code queries} (all of them for none), then ABORT. */
+    List<String> listMetaContexts(String export, List<String> queries) throws IOException {
+        greet();
+        // Servers may refuse context options until structured replies are on; a refusal here is no answer yet.
+        structuredReplies();
+        // LIST's ids mean nothing (servers send 0): only the names count.
+        List<String> names = metaContexts(Nbd.OPT_LIST_META_CONTEXT, export, queries).stream().map(Map.Entry::getValue).toList();
+        abort();
+        return names;
+    }
+
+    private Result exportName(String export, boolean structured, Map<Integer, String> contexts, int baseAllocationId)
+            throws IOException {
         sendOption(Nbd.OPT_EXPORT_NAME, ByteBuffer.wrap(Strings.utf8(export)));
         ByteBuffer reply;
         try {
@@ -184,8 +241,7 @@ final class Handshake {
         }
         long size = reply.getLong();
         int flags = Short.toUnsignedInt(reply.getShort());
-        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), baseAllocationId,
-            transport);
+        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), contexts, transport);
     }
 
     private static ExportInfo exportInfo(String name, String description, long size, int flags, Info.BlockSize bs,

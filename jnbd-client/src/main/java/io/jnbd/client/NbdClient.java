@@ -125,6 +125,15 @@ public final class NbdClient implements AutoCloseable {
         return Connector.list(uri, options);
     }
 
+    /**
+     * The metadata contexts {@code uri}'s export offers that match {@code queries} ({@code NBD_OPT_LIST_META_CONTEXT}),
+     * for example {@code "qemu:dirty-bitmap:"} for its dirty bitmaps; with no query, every context the server
+     * chooses to list. A connection of its own, ended with ABORT.
+     */
+    public static List<String> listMetaContexts(NbdUri uri, ClientOptions options, String... queries) throws IOException {
+        return Connector.listMetaContexts(uri, options, List.of(queries));
+    }
+
     /** What the handshake reported: size, flags, block size constraints, negotiated features. */
     public ExportInfo info() {
         return info;
@@ -387,35 +396,70 @@ public final class NbdClient implements AutoCloseable {
         checkRange("block status", offset, length);
         if (length == 0) return CompletableFuture.completedFuture(List.of());
         if (!info.baseAllocation()) return CompletableFuture.completedFuture(List.of(new Extent(offset, length, 0)));
-        long n = alignUp(Math.min(length, MAX_EFFECT_LENGTH));
-        if (offset + n > info.size()) n = info.size() - offset;
-        long asked = n;
-        return pick(0).submit(Nbd.CMD_BLOCK_STATUS, 0, offset, asked, null).thenApply(result -> {
-            @SuppressWarnings("unchecked") List<Extent> list = (List<Extent>) result;
-            List<Extent> clipped = new ArrayList<>(list.size());
-            for (Extent e : list) {
-                if (e.offset() >= offset + length) break;
-                clipped.add(new Extent(e.offset(), Math.min(e.length(), offset + length - e.offset()), e.flags()));
-            }
-            return clipped;
-        });
+        return statusOf(Nbd.CONTEXT_BASE_ALLOCATION, offset, length)
+            .thenApply(list -> list.stream().map(e -> new Extent(e.offset(), e.length(), e.flags())).toList());
     }
 
     /** Block status of the whole range, asking as many times as the server needs to describe it all. */
     public CompletableFuture<List<Extent>> extents(long offset, long length) {
-        List<Extent> out = new ArrayList<>();
-        return extentsFrom(offset, offset + length, out).thenApply(v -> List.copyOf(out));
+        return StatusWalk.walk(offset, length, (at, n) -> blockStatus(at, n), Extent::end);
     }
 
-    private CompletableFuture<Void> extentsFrom(long at, long end, List<Extent> out) {
-        if (at >= end) return CompletableFuture.completedFuture(null);
-        return blockStatus(at, end - at).thenCompose(list -> {
-            long next = at;
-            for (Extent e : list) {
-                out.add(e);
-                next = e.end();
+    /**
+     * One {@code NBD_CMD_BLOCK_STATUS} request, answered from the chunk of metadata context {@code context}
+     * (for example {@code qemu:dirty-bitmap:b0}, asked for with {@link ClientOptions#withMetaContexts}): the
+     * extents the server reports from {@code offset} with the context's raw flags, clipped to the range; the server
+     * may describe less than the whole range (use {@link #metaExtents} to cover all of it). The server answers every
+     * block status request for every negotiated context; the others' chunks are dropped here.
+     *
+     * @throws IllegalArgumentException if {@code context} was not negotiated; the message names those that were
+     */
+    public CompletableFuture<List<MetaExtent>> blockStatus(String context, long offset, long length) {
+        checkRange("block status", offset, length);
+        requireNegotiated(context);
+        if (length == 0) return CompletableFuture.completedFuture(List.of());
+        return statusOf(context, offset, length);
+    }
+
+    /** {@link #blockStatus(String, long, long)} of the whole range, asking as many times as the server needs. */
+    public CompletableFuture<List<MetaExtent>> metaExtents(String context, long offset, long length) {
+        requireNegotiated(context);
+        return StatusWalk.walk(offset, length, (at, n) -> blockStatus(context, at, n), MetaExtent::end);
+    }
+
+    /**
+     * The metadata contexts negotiated on connecting, in the server's order: {@code base:allocation} if the server
+     * offers it, and those of {@link ClientOptions#withMetaContexts} it offers. Empty without structured replies.
+     */
+    public List<String> metaContexts() {
+        return connections.getFirst().metaContexts();
+    }
+
+    private void requireNegotiated(String context) {
+        List<String> negotiated = metaContexts();
+        if (!negotiated.contains(context)) {
+            throw new IllegalArgumentException("metadata context '" + context + "' was not negotiated with " + uri
+                + (negotiated.isEmpty() ? "; none was" : "; these were: " + String.join(", ", negotiated)));
+        }
+    }
+
+    private CompletableFuture<List<MetaExtent>> statusOf(String context, long offset, long length) {
+        long n = alignUp(Math.min(length, MAX_EFFECT_LENGTH));
+        if (offset + n > info.size()) n = info.size() - offset;
+        long asked = n;
+        return pick(0).submit(Nbd.CMD_BLOCK_STATUS, 0, offset, asked, null).thenApply(result -> {
+            @SuppressWarnings("unchecked") var byContext = (java.util.Map<String, List<MetaExtent>>) result;
+            List<MetaExtent> list = byContext.get(context);
+            if (list == null) {
+                throw new java.util.concurrent.CompletionException(new NbdProtocolException("reply to block status of "
+                    + asked + " bytes at offset " + offset + " from " + uri + " has no chunk for context '" + context + "'"));
             }
-            return extentsFrom(next, end, out);
+            List<MetaExtent> clipped = new ArrayList<>(list.size());
+            for (MetaExtent e : list) {
+                if (e.offset() >= offset + length) break;
+                clipped.add(new MetaExtent(e.offset(), Math.min(e.length(), offset + length - e.offset()), e.flags()));
+            }
+            return clipped;
         });
     }
 

@@ -7,7 +7,9 @@ import io.jnbd.protocol.Request;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 
@@ -79,7 +81,8 @@ final class Pending {
     private long coveredBytes;
     private int error;
     private String errorMessage;
-    private List<Extent> extents;
+    /** A block status reply's extents so far, by metadata context name. */
+    private Map<String, List<MetaExtent>> extents;
     /** A failure of this side's (a read sink's), which fails the request whatever the server said. */
     private Throwable localFailure;
 
@@ -222,19 +225,24 @@ final class Pending {
         if (localFailure == null) localFailure = t;
     }
 
-    void addExtents(List<BlockStatusDescriptor> descriptors) {
-        if (extents == null) extents = new ArrayList<>(descriptors.size());
-        long at = offset + extents.stream().mapToLong(Extent::length).sum();
+    /** A BLOCK_STATUS chunk's descriptors for {@code context}, placed after the ones it had, clipped to the request. */
+    void addExtents(String context, List<BlockStatusDescriptor> descriptors) {
+        if (extents == null) extents = new HashMap<>();
+        List<MetaExtent> list = extents.computeIfAbsent(context, c -> new ArrayList<>(descriptors.size()));
+        long at = list.isEmpty() ? offset : list.getLast().end();
         long end = offset + length;
         for (var d : descriptors) {
             if (at >= end) break;
             long n = Math.min(d.length(), end - at);
-            extents.add(new Extent(at, n, d.flags()));
+            list.add(new MetaExtent(at, n, d.flags()));
             at += n;
         }
     }
 
-    /** How the reply ended: the exception to fail the request with, else its result (null but for block status). */
+    /**
+     * How the reply ended: the exception to fail the request with, else its result: null but for block status,
+     * whose result is the extents of each context that sent a chunk, by context name.
+     */
     Object outcome() throws ProtocolException {
         if (localFailure != null) return localFailure;
         if (error != 0) return serverError(error, errorMessage);
@@ -242,9 +250,9 @@ final class Pending {
             throw new ProtocolException("reply to " + describe() + " ended after covering " + coveredBytes
                 + " of " + length + " bytes");
         }
-        if (type == Nbd.CMD_BLOCK_STATUS && (extents == null || extents.isEmpty())) {
-            throw new ProtocolException("reply to " + describe() + " has no base:allocation extents");
+        if (type == Nbd.CMD_BLOCK_STATUS && extents == null) {
+            throw new ProtocolException("reply to " + describe() + " has no BLOCK_STATUS chunk");
         }
-        return type == Nbd.CMD_BLOCK_STATUS ? List.copyOf(extents) : null;
+        return type == Nbd.CMD_BLOCK_STATUS ? Map.copyOf(extents) : null;
     }
 }

@@ -30,7 +30,8 @@ final class Receiver {
     private final Transport transport;
     private final String peer;
     private final ExportInfo info;
-    private final int baseAllocationId;
+    /** The negotiated metadata contexts by this connection's ids. */
+    private final java.util.Map<Integer, String> contexts;
     /** The rest of a payload from this size on is read into its destination directly rather than through {@link #in}. */
     static final int DIRECT_READ_MIN = 16 * 1024;
 
@@ -39,12 +40,12 @@ final class Receiver {
     /** Received and not yet parsed, between position and limit. */
     private final ByteBuffer in = ByteBuffer.allocateDirect(64 * 1024).flip();
 
-    Receiver(Connection connection, Transport transport, String peer, ExportInfo info, int baseAllocationId) {
+    Receiver(Connection connection, Transport transport, String peer, ExportInfo info, java.util.Map<Integer, String> contexts) {
         this.connection = connection;
         this.transport = transport;
         this.peer = peer;
         this.info = info;
-        this.baseAllocationId = baseAllocationId;
+        this.contexts = java.util.Map.copyOf(contexts);
     }
 
     void run() {
@@ -148,7 +149,12 @@ final class Receiver {
                 ByteBuffer payload = ByteBuffer.allocate((int) length);
                 readFully(payload);
                 var status = Chunks.decodeBlockStatus(payload.flip());
-                if (status.contextId() == baseAllocationId) p.addExtents(status.descriptors());
+                String context = contexts.get(status.contextId());
+                if (context == null) {
+                    throw new ProtocolException("BLOCK_STATUS chunk for context id "
+                        + Integer.toUnsignedString(status.contextId()) + ", which was not negotiated, for " + p.describe());
+                }
+                p.addExtents(context, status.descriptors());
             }
             default -> {
                 if (!h.isError()) {

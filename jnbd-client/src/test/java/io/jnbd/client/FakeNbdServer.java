@@ -69,6 +69,17 @@ final class FakeNbdServer implements AutoCloseable {
     }
 
     static final int CHUNK = 4096;
+    /** The one dirty bitmap this server offers besides base:allocation, at a granularity of {@link #CHUNK}. */
+    static final String BITMAP = "qemu:dirty-bitmap:fake";
+    private static final int BASE_ID = 7;
+    private static final int BITMAP_ID = 8;
+
+    /** Blocks of {@link #CHUNK} bytes that {@link #BITMAP} reports dirty. */
+    final java.util.BitSet dirty = new java.util.BitSet();
+    /** Block status chunks name a context id the client never got: a broken server. */
+    volatile boolean strayContext;
+    /** Contexts negotiated on the current connection, by id. */
+    private final java.util.Map<Integer, String> negotiated = new java.util.TreeMap<>();
 
     private final ServerSocketChannel listener;
     private final byte[] disk;
@@ -158,7 +169,7 @@ final class FakeNbdServer implements AutoCloseable {
             } catch (io.jnbd.protocol.ProtocolException e) {
                 return;
             }
-            read(ch, (int) oh.length());
+            ByteBuffer optionData = read(ch, (int) oh.length());
             if (mode == Mode.NO_GO && oh.option() != Nbd.OPT_EXPORT_NAME) {
                 optionReply(ch, oh.option(), Nbd.REP_ERR_UNSUP, ByteBuffer.allocate(0));
                 continue;
@@ -170,10 +181,30 @@ final class FakeNbdServer implements AutoCloseable {
                     return;
                 }
                 case Nbd.OPT_STRUCTURED_REPLY -> optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
-                case Nbd.OPT_SET_META_CONTEXT -> {
-                    byte[] name = Strings.utf8(Nbd.CONTEXT_BASE_ALLOCATION);
-                    optionReply(ch, oh.option(), Nbd.REP_META_CONTEXT, ByteBuffer.allocate(4 + name.length).putInt(7).put(name).flip());
+                case Nbd.OPT_SET_META_CONTEXT, Nbd.OPT_LIST_META_CONTEXT -> {
+                    List<String> queries;
+                    try {
+                        queries = io.jnbd.protocol.MetaContextRequest.decode(optionData).queries();
+                    } catch (io.jnbd.protocol.ProtocolException e) {
+                        return;
+                    }
+                    boolean set = oh.option() == Nbd.OPT_SET_META_CONTEXT;
+                    if (set) negotiated.clear();
+                    for (var c : java.util.Map.of(BASE_ID, Nbd.CONTEXT_BASE_ALLOCATION, BITMAP_ID, BITMAP).entrySet()) {
+                        String n = c.getValue();
+                        boolean match = (!set && queries.isEmpty()) || queries.contains(n)
+                            || (!set && queries.stream().anyMatch(q -> q.endsWith(":") && n.startsWith(q)));
+                        if (!match) continue;
+                        if (set) negotiated.put(c.getKey(), n);
+                        byte[] name = Strings.utf8(n);
+                        optionReply(ch, oh.option(), Nbd.REP_META_CONTEXT,
+                            ByteBuffer.allocate(4 + name.length).putInt(set ? c.getKey() : 0).put(name).flip());
+                    }
                     optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
+                }
+                case Nbd.OPT_ABORT -> {
+                    optionReply(ch, oh.option(), Nbd.REP_ACK, ByteBuffer.allocate(0));
+                    return;
                 }
                 case Nbd.OPT_GO -> {
                     Info info = new Info.Export(disk.length, Nbd.FLAG_HAS_FLAGS | Nbd.FLAG_SEND_FLUSH);
@@ -239,18 +270,45 @@ final class FakeNbdServer implements AutoCloseable {
                     simple(ch, 0, r.cookie());
                 }
                 case Nbd.CMD_BLOCK_STATUS -> {
-                    List<BlockStatusDescriptor> list = new ArrayList<>();
-                    for (long at = r.offset(); at < r.offset() + r.length(); at += CHUNK) {
-                        boolean zero = allZero((int) at, (int) Math.min(CHUNK, disk.length - at));
-                        list.add(new BlockStatusDescriptor(Math.min(CHUNK, disk.length - at), zero ? Nbd.STATE_ZERO | Nbd.STATE_HOLE : 0));
+                    // One chunk per negotiated context, the bitmap's first; DONE on the last.
+                    List<Integer> ids = new ArrayList<>(negotiated.keySet());
+                    java.util.Collections.reverse(ids);
+                    if (strayContext) ids.addFirst(99);
+                    for (int i = 0; i < ids.size(); i++) {
+                        int id = ids.get(i);
+                        List<BlockStatusDescriptor> list = id == BASE_ID ? allocation(r) : bitmap(r);
+                        ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(list.size()));
+                        Chunks.blockStatus(b, i == ids.size() - 1 ? Nbd.REPLY_FLAG_DONE : 0, r.cookie(), id, list);
+                        write(ch, b.flip());
                     }
-                    ByteBuffer b = ByteBuffer.allocate(Chunks.blockStatusSize(list.size()));
-                    Chunks.blockStatus(b, Nbd.REPLY_FLAG_DONE, r.cookie(), 7, list);
-                    write(ch, b.flip());
+                    if (ids.isEmpty()) simple(ch, Nbd.EINVAL, r.cookie());
                 }
                 default -> simple(ch, 0, r.cookie());
             }
         }
+    }
+
+    private List<BlockStatusDescriptor> allocation(Request r) {
+        List<BlockStatusDescriptor> list = new ArrayList<>();
+        for (long at = r.offset(); at < r.offset() + r.length(); at += CHUNK) {
+            boolean zero = allZero((int) at, (int) Math.min(CHUNK, disk.length - at));
+            list.add(new BlockStatusDescriptor(Math.min(CHUNK, disk.length - at), zero ? Nbd.STATE_ZERO | Nbd.STATE_HOLE : 0));
+        }
+        return list;
+    }
+
+    /** The bitmap's runs from the request's block on, merged as qemu merges them, to the end of the request's last block. */
+    private List<BlockStatusDescriptor> bitmap(Request r) {
+        List<BlockStatusDescriptor> list = new ArrayList<>();
+        long end = Math.min(disk.length, (r.offset() + r.length() + CHUNK - 1) / CHUNK * CHUNK);
+        for (long at = r.offset(); at < end; ) {
+            boolean d = dirty.get((int) (at / CHUNK));
+            long next = Math.min(end, (long) (d ? dirty.nextClearBit((int) (at / CHUNK)) : dirty.nextSetBit((int) (at / CHUNK)) < 0
+                ? Integer.MAX_VALUE : dirty.nextSetBit((int) (at / CHUNK))) * CHUNK);
+            list.add(new BlockStatusDescriptor(next - at, d ? 1 : 0));
+            at = next;
+        }
+        return list;
     }
 
     /** Returns false when the connection should end. */
