@@ -196,6 +196,24 @@ class DirtyFilesTest {
         }
     }
 
+    @Test
+    void aReloadThatChangesTheFiltersSharesTheBitmapsWithTheOldChain() throws Exception {
+        io.jnbd.server.ExportSet first = io.jnbd.server.ExportSet.open(List.of(ExportSpec.parse("d", spec)), null);
+        Backend old = first.exports().find("d").backend();
+        io.jnbd.server.ExportSet second = io.jnbd.server.ExportSet.open(List.of(ExportSpec.parse("d", spec + ",dirty-bitmap=b1")), null, first);
+        Backend now = second.exports().find("d").backend();
+        assertThat(now).isNotSameAs(old);
+        old.write(0, ByteBuffer.allocate(1), false); // a connection of before the reload
+        assertThat(map(now, "b1")).as("the new chain's bitmap is marked by the old chain too").startsWith(new MetaExtent(G, 1));
+        old.close();
+        now.write(3L * G, ByteBuffer.allocate(1), false);
+        assertThat(FilterBackend.find(now, DirtyBitmaps.class).list()).extracting(DirtyBitmaps.Info::dirtyBytes).containsExactly(2L * G, 2L * G);
+        now.close();
+        try (Backend b = open()) {
+            assertThat(FilterBackend.find(b, DirtyBitmaps.class).list()).extracting(DirtyBitmaps.Info::dirtyBytes).containsExactly(2L * G, 2L * G);
+        }
+    }
+
     private static void flipByte(Path f, long at) throws IOException {
         try (FileChannel ch = FileChannel.open(f, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
             ByteBuffer one = ByteBuffer.allocate(1);
