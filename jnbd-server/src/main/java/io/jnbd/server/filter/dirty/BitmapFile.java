@@ -28,20 +28,24 @@ import java.util.zip.CRC32C;
  * <pre>
  * header, 4096 bytes:  "JNBDDBM1" | version (int, 1) | state (int) | granularity (long) | export size (long)
  *                      | created (long) | image identity (32 bytes) | CRC-32C of the bits (int) | bits CRC holds (int)
- *                      | CRC-32C of the 80 bytes before it (int) | zeroes              (big-endian)
+ *                      | image's modification time at a clean close (long, ns; -1: none)
+ *                      | CRC-32C of the 88 bytes before it (int) | zeroes              (big-endian)
  * bits, from 4096:     one bit a block, block i in the little-endian long i / 64 at bit i % 64; padded to 4096
  * </pre>
  *
  * States: 0 pending (made by an add or rotate that has not taken effect: deleted at open), 1 recording, 2 frozen. The
  * bits only go from 0 to 1 while the bitmap serves (but {@link #clear}), so a crash cannot tear them into anything but
  * a state between two that were true, and an older page of bits loses only marks no FLUSH acknowledged. The bits' CRC
- * holds while nothing can change them (frozen, or closed cleanly) and is checked at open then.
+ * holds while nothing can change them (frozen, or closed cleanly) and is checked at open then; a recording bitmap closed
+ * cleanly also notes when the image was last modified, so that a write made while no server tracked the image (another
+ * program) is found at the next open.
  */
 final class BitmapFile implements Closeable {
     static final int HEADER = 4096;
     static final int PENDING = 0, RECORDING = 1, FROZEN = 2;
     private static final byte[] MAGIC = "JNBDDBM1".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
-    private static final int VERSION = 1, FIELDS = 80, IDENTITY = 32;
+    static final int FIELDS = 88;
+    private static final int VERSION = 1, IDENTITY = 32;
     private static final VarHandle WORD = ValueLayout.JAVA_LONG.withOrder(ByteOrder.LITTLE_ENDIAN).varHandle();
 
     /** What a bitmap was made for; a file made for anything else is not trusted. */
@@ -116,7 +120,7 @@ final class BitmapFile implements Closeable {
                 }
                 while (b.hasRemaining()) ch.write(b, HEADER + at + b.position());
             }
-            ByteBuffer h = headerBytes(shape, created, state, bitsCrc(ch, bitBytes), true);
+            ByteBuffer h = headerBytes(shape, created, state, bitsCrc(ch, bitBytes), true, -1);
             while (h.hasRemaining()) ch.write(h, h.position());
             ch.force(true);
         }
@@ -141,9 +145,9 @@ final class BitmapFile implements Closeable {
     /**
      * Opens {@code file}, made for {@code wanted}; a file that is damaged or was made for something else is left as it
      * is and reported in {@link Opened#damage}. A recording bitmap is marked "bits CRC does not hold" durably before
-     * it is returned, as the bits will change.
+     * it is returned, as the bits will change. {@code imageStamp}: when the image was last modified, -1 if unknown.
      */
-    static Opened open(String name, Path file, Shape wanted) throws IOException {
+    static Opened open(String name, Path file, Shape wanted, long imageStamp) throws IOException {
         long length = Files.size(file);
         ByteBuffer h = ByteBuffer.allocate(HEADER);
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
@@ -168,22 +172,28 @@ final class BitmapFile implements Closeable {
         if (length != fileSize(found)) return new Opened(null, "it is " + length + " bytes, not " + fileSize(found) + " (cut short?)", state, created);
         BitmapFile b = map(name, file, found, created, state);
         try {
-            if (h.getInt(76) == 1 && b.crc() != h.getInt(72)) {
-                b.close();
+            boolean cleanlyClosed = h.getInt(76) == 1;
+            if (cleanlyClosed && b.crc() != h.getInt(72)) {
+                b.discard();
                 return new Opened(null, "its bits do not match their CRC", state, created);
+            }
+            long stamp = h.getLong(80);
+            if (state == RECORDING && cleanlyClosed && stamp != -1 && imageStamp != -1 && stamp != imageStamp) {
+                b.discard();
+                return new Opened(null, "the image was modified while no server tracked it", state, created);
             }
             if (state == RECORDING) b.writeHeader(RECORDING, false);
             return new Opened(b, null, state, created);
         } catch (IOException | RuntimeException e) {
-            b.close();
+            b.discard();
             throw e;
         }
     }
 
-    private static ByteBuffer headerBytes(Shape s, long created, int state, int bitsCrc, boolean crcHolds) {
+    private static ByteBuffer headerBytes(Shape s, long created, int state, int bitsCrc, boolean crcHolds, long imageStamp) {
         ByteBuffer h = ByteBuffer.allocate(HEADER);
         h.put(MAGIC).putInt(VERSION).putInt(state).putLong(s.granularity).putLong(s.size).putLong(created).put(s.identity)
-            .putInt(bitsCrc).putInt(crcHolds ? 1 : 0);
+            .putInt(bitsCrc).putInt(crcHolds ? 1 : 0).putLong(imageStamp);
         CRC32C crc = new CRC32C();
         crc.update(h.array(), 0, FIELDS);
         h.putInt(FIELDS, (int) crc.getValue());
@@ -211,7 +221,11 @@ final class BitmapFile implements Closeable {
 
     /** Rewrites the header with {@code state} (and the bits' CRC, when {@code crcHolds}) and makes it durable. */
     void writeHeader(int newState, boolean crcHolds) throws IOException {
-        ByteBuffer h = headerBytes(shape, created, newState, crcHolds ? crc() : 0, crcHolds);
+        writeHeader(newState, crcHolds, -1);
+    }
+
+    private void writeHeader(int newState, boolean crcHolds, long imageStamp) throws IOException {
+        ByteBuffer h = headerBytes(shape, created, newState, crcHolds ? crc() : 0, crcHolds, imageStamp);
         MemorySegment.copy(MemorySegment.ofBuffer(h), 0, header, 0, HEADER);
         header.force();
         state = newState;
@@ -303,13 +317,20 @@ final class BitmapFile implements Closeable {
         return limit;
     }
 
-    /** Closes the file; a recording bitmap first records its bits' CRC, so that the next open can check them. */
     @Override
     public void close() throws IOException {
+        close(-1);
+    }
+
+    /**
+     * Closes the file; a recording bitmap first records its bits' CRC and {@code imageStamp} (when the image was last
+     * modified, -1 if unknown), so that the next open can check them.
+     */
+    void close(long imageStamp) throws IOException {
         try {
             if (arena.scope().isAlive()) {
                 bits.force();
-                if (state == RECORDING) writeHeader(RECORDING, true);
+                if (state == RECORDING) writeHeader(RECORDING, true, imageStamp);
             }
         } finally {
             try {

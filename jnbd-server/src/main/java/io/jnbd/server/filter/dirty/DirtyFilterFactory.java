@@ -90,7 +90,7 @@ public final class DirtyFilterFactory implements FilterFactory {
                     + " blocks of this export; take a larger one");
             }
             BitmapFile.Shape shape = new BitmapFile.Shape(granularity, inner.size(), identity(inner));
-            DirtyStore store = DirtyStore.open(dir(inner, options), shape, names(options));
+            DirtyStore store = DirtyStore.open(dir(inner, options), shape, imageStamp(inner), names(options));
             return new DirtyFilter(inner, store, Set.copyOf(traits(inner.traits())));
         } catch (IOException e) {
             throw new UncheckedIOException(e);
@@ -129,6 +129,19 @@ public final class DirtyFilterFactory implements FilterFactory {
         } catch (NoSuchAlgorithmException e) {
             throw new AssertionError("every JDK has SHA-256", e);
         }
+    }
+
+    /** When the image file was last modified, for a bitmap to find writes made while no server tracked it. */
+    private static java.util.function.LongSupplier imageStamp(Backend inner) {
+        FileBackend file = FilterBackend.find(inner, FileBackend.class);
+        if (file == null) return () -> -1;
+        return () -> {
+            try {
+                return Files.getLastModifiedTime(file.path()).to(java.util.concurrent.TimeUnit.NANOSECONDS);
+            } catch (IOException e) {
+                return -1;
+            }
+        };
     }
 
     static List<String> names(BackendOptions options) {

@@ -54,6 +54,8 @@ final class DirtyStore implements Closeable {
 
     final Path dir;
     final BitmapFile.Shape shape;
+    /** When the image was last modified, -1 where unknown (not a file). */
+    private final java.util.function.LongSupplier imageStamp;
     private final FileChannel lock;
     private int holds; // under OPEN
     private final StampedLock gate = new StampedLock();
@@ -62,24 +64,27 @@ final class DirtyStore implements Closeable {
     private volatile Map<String, BitmapFile> bitmaps = Map.of();
     private boolean closed; // under this
 
-    private DirtyStore(Path dir, BitmapFile.Shape shape, FileChannel lock) {
+    private DirtyStore(Path dir, BitmapFile.Shape shape, java.util.function.LongSupplier imageStamp, FileChannel lock) {
         this.dir = dir;
         this.shape = shape;
+        this.imageStamp = imageStamp;
         this.lock = lock;
         publish(Map.of());
     }
 
     /**
      * The store of {@code dir} for an export of {@code shape}, opened or shared, with every bitmap of {@code names} in
-     * it (made, clean, where missing). Each call is one hold, given back by {@link #close}.
+     * it (made, clean, where missing). Each call is one hold, given back by {@link #close}. {@code imageStamp}: when the
+     * image was last modified, -1 where unknown.
      */
-    static DirtyStore open(Path dir, BitmapFile.Shape shape, List<String> names) throws IOException {
+    static DirtyStore open(Path dir, BitmapFile.Shape shape, java.util.function.LongSupplier imageStamp, List<String> names)
+            throws IOException {
         Files.createDirectories(dir);
         Path key = dir.toRealPath();
         synchronized (OPEN) {
             DirtyStore s = OPEN.get(key);
             if (s == null) {
-                s = new DirtyStore(key, shape, lock(key));
+                s = new DirtyStore(key, shape, imageStamp, lock(key));
                 try {
                     s.load();
                     s.ensure(names);
@@ -142,7 +147,7 @@ final class DirtyStore implements Closeable {
                 }
                 if (!fn.endsWith(SUFFIX) || nameRefusal(fn.substring(0, fn.length() - SUFFIX.length())) != null) continue;
                 String name = fn.substring(0, fn.length() - SUFFIX.length());
-                BitmapFile.Opened o = BitmapFile.open(name, f, shape);
+                BitmapFile.Opened o = BitmapFile.open(name, f, shape, imageStamp.getAsLong());
                 if (o.state() == BitmapFile.PENDING) {
                     if (o.bitmap() != null) o.bitmap().discard();
                     log.info("dirty bitmap '{}' in {}: dropped, the add or rotate that made it did not finish", name, dir);
@@ -382,9 +387,10 @@ final class DirtyStore implements Closeable {
         IOException failed = null;
         long stamp = gate.writeLock();
         try {
+            long modified = imageStamp.getAsLong();
             for (BitmapFile b : bitmaps.values()) {
                 try {
-                    b.close();
+                    b.close(modified);
                 } catch (IOException e) {
                     if (failed == null) failed = e;
                     else failed.addSuppressed(e);

@@ -147,6 +147,25 @@ class DirtyFilesTest {
     }
 
     @Test
+    void aWriteToTheImageWhileNoServerTrackedItMakesTheRecordingBitmapsAllDirty() throws Exception {
+        try (Backend b = open()) {
+            b.write(0, ByteBuffer.allocate(1), false);
+            FilterBackend.find(b, DirtyBitmaps.class).rotate("b0", "b1");
+        }
+        try (Backend b = open()) {
+            assertThat(map(b, "b1")).as("closed cleanly, the image untouched since").containsExactly(new MetaExtent(SIZE, 0));
+        }
+        try (FileChannel ch = FileChannel.open(img, StandardOpenOption.WRITE)) {
+            ch.write(ByteBuffer.wrap(new byte[] {1}), 7L * G); // another program, no server running
+        }
+        Files.setLastModifiedTime(img, java.nio.file.attribute.FileTime.fromMillis(Files.getLastModifiedTime(img).toMillis() + 2000));
+        try (Backend b = open()) {
+            assertThat(map(b, "b1")).as("recording: it should have seen that write").containsExactly(ALL_DIRTY);
+            assertThat(map(b, "b0")).as("frozen before it: unchanged").containsExactly(new MetaExtent(G, 1), new MetaExtent(SIZE - G, 0));
+        }
+    }
+
+    @Test
     void aBitmapOfAMemoryExportIsAllDirtyAfterARestart() throws Exception {
         String mem = "memory:" + SIZE + ",filter=dirty,dirty-bitmap=b0,dirty-dir=" + bm;
         try (Backend b = ExportSpec.parse("m", mem).open()) {
@@ -167,8 +186,8 @@ class DirtyFilesTest {
             ch.read(h, 0);
             h.putInt(12, BitmapFile.PENDING);
             java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
-            crc.update(h.array(), 0, 80);
-            h.putInt(80, (int) crc.getValue());
+            crc.update(h.array(), 0, BitmapFile.FIELDS);
+            h.putInt(BitmapFile.FIELDS, (int) crc.getValue());
             ch.write(h.clear(), 0);
         }
         Files.writeString(bm.resolve("other.bitmap.tmp"), "half made");
