@@ -67,6 +67,7 @@ class FilterBackendTest {
             if (t == Backend.Capability.class) return Backend.Capability.TRIM;
             if (t == Backend.Trait.class) return Backend.Trait.ASYNC;
             if (t == ConnectionContext.class) return new ConnectionContext("pc42", List.of("alice"), "peer");
+            if (t == String.class) return "qemu:dirty-bitmap:b0";
             throw new AssertionError("no test argument for a " + t + " of " + m);
         }).toArray();
     }
