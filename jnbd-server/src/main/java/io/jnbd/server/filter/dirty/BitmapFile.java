@@ -42,6 +42,8 @@ import java.util.zip.CRC32C;
  */
 final class BitmapFile implements Closeable {
     static final int HEADER = 4096;
+    /** Extents of one answer at most, as the file backend bounds its own: the reply stays small, the client asks on. */
+    static final int MAX_EXTENTS = 65536;
     static final int PENDING = 0, RECORDING = 1, FROZEN = 2;
     private static final byte[] MAGIC = "JNBDDBM1".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
     static final int FIELDS = 88;
@@ -286,13 +288,14 @@ final class BitmapFile implements Closeable {
 
     /**
      * The state of bytes from {@code offset}: runs of equal blocks merged, the first from {@code offset} even inside a
-     * block (with that block's state), covering up to {@code length} bytes or the export's end.
+     * block (with that block's state), covering up to {@code length} bytes or the export's end, in at most
+     * {@link #MAX_EXTENTS} extents.
      */
     List<MetaExtent> extents(long offset, long length) {
         long end = Math.min(shape.size, offset + length);
         List<MetaExtent> out = new ArrayList<>();
         long at = offset;
-        while (at < end) {
+        while (at < end && out.size() < MAX_EXTENTS) {
             long block = at >>> shift;
             boolean d = dirty(block);
             long limit = ((end - 1) >>> shift) + 1;

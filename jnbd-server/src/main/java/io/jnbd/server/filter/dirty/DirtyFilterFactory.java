@@ -34,6 +34,9 @@ public final class DirtyFilterFactory implements FilterFactory {
     static final String DIR_SUFFIX = ".bitmaps";
     /** A memory export is new at each start, so a bitmap of one must never be trusted after a restart. */
     private static final String PROCESS = Long.toHexString(new java.security.SecureRandom().nextLong());
+    /** Each memory backend's number in this process: a reload's new chain over the same one finds the same bitmaps. */
+    private static final java.util.Map<Backend, Long> MEMORIES = java.util.Collections.synchronizedMap(new java.util.WeakHashMap<>());
+    private static final java.util.concurrent.atomic.AtomicLong MEMORY_COUNT = new java.util.concurrent.atomic.AtomicLong();
 
     @Override public String name() { return "dirty"; }
 
@@ -118,7 +121,7 @@ public final class DirtyFilterFactory implements FilterFactory {
             Object key = Files.readAttributes(file.path(), BasicFileAttributes.class).fileKey();
             id = "file " + (key != null ? key : file.path().toRealPath());
         } else if (memory != null) {
-            id = "memory " + PROCESS + " " + System.identityHashCode(memory);
+            id = "memory " + PROCESS + " " + MEMORIES.computeIfAbsent(memory, m -> MEMORY_COUNT.incrementAndGet());
         } else {
             Backend at = inner;
             while (at instanceof FilterBackend f) at = f.inner();

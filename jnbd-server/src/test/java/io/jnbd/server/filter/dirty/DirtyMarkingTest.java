@@ -81,6 +81,21 @@ class DirtyMarkingTest {
     }
 
     @Test
+    void oneAnswerHoldsAtMostItsLimitOfExtentsAndTheRestIsAskedAgain() throws Exception {
+        long blocks = 2L * BitmapFile.MAX_EXTENTS + 10;
+        String spec = "memory:" + blocks * 512 + ",filter=dirty,dirty-bitmap=b0,dirty-granularity=512,dirty-dir=" + dir.resolve("many");
+        try (Backend b = ExportSpec.parse("d", spec).open()) {
+            for (long i = 0; i < blocks; i += 2) b.write(i * 512, bytes(1), false);
+            List<MetaExtent> first = b.metaExtents(CTX, 0, b.size());
+            assertThat(first).hasSize(BitmapFile.MAX_EXTENTS);
+            assertThat(first.getFirst()).isEqualTo(new MetaExtent(512, 1));
+            assertThat(first.getLast()).isEqualTo(new MetaExtent(512, 0));
+            long covered = first.stream().mapToLong(MetaExtent::length).sum();
+            assertThat(b.metaExtents(CTX, covered, b.size() - covered).getFirst()).as("asked on from there").isEqualTo(new MetaExtent(512, 1));
+        }
+    }
+
+    @Test
     void vectoredWritesMarkTheirWholeLength() throws Exception {
         try (Backend b = open()) {
             b.write(100, new ByteBuffer[] {bytes(G), bytes(G)}, false);
