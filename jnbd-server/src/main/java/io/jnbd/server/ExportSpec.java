@@ -121,8 +121,9 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
             else if (key.equals("filter")) continue;
             else if (GENERAL.contains(key)) general.put(key, value);
             else if (filterTakes(key, filterNames, factory)) {
-                boolean repeats = filterKeys.containsKey(key) && FilterFactories.owning(key).repeatable().contains(key);
-                filterKeys.put(key, repeats && value != null && filterKeys.get(key) != null ? filterKeys.get(key) + ";" + value : value);
+                String before = filterKeys.get(key);
+                boolean repeats = before != null && value != null && FilterFactories.owning(key).repeatable().contains(key);
+                filterKeys.put(key, repeats ? before + ";" + value : value);
             }
             else if (!factory.options().contains(key)) {
                 throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export"

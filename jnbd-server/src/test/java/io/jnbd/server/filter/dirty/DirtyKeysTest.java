@@ -20,6 +20,9 @@ class DirtyKeysTest {
         ExportSpec s = ExportSpec.parse("d", "memory:1M,filter=dirty,dirty-bitmap=a,dirty-bitmap=b.1,dirty-dir=" + dir);
         assertThat(s.describeStack()).startsWith("dirty(a, b.1 at 65536 bytes a bit in " + dir + ") -> memory:1M");
         assertThat(ExportSpec.parse("d", s.text())).as("the spec written back reads the same").isEqualTo(s);
+        ExportSpec table = ExportSpec.of("d", "memory", "1M", java.util.List.of(java.util.Map.entry("filter", "dirty"),
+            java.util.Map.entry("dirty-bitmap", "a"), java.util.Map.entry("dirty-bitmap", "b.1"), java.util.Map.entry("dirty-dir", dir.toString())), "");
+        assertThat(table).as("a config file's table, the bitmaps a list").isEqualTo(s);
         try (Backend b = s.open()) {
             assertThat(FilterBackend.find(b, DirtyBitmaps.class).list()).extracting(DirtyBitmaps.Info::name).containsExactly("a", "b.1");
         }
