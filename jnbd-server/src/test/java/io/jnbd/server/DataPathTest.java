@@ -41,6 +41,6 @@ class DataPathTest {
         assertThat(strategy(file + ",filter=dirty,dirty-bitmap=b0", true))
             .as("dirty bitmaps leave reads alone: sendfile stays, writes go through the filter").isEqualTo(DataPath.Strategy.PAGE_CACHE);
         assertThat(strategy("memory:1M,filter=dirty,dirty-dir=" + dir.resolve("bm"), true))
-            .as("a FLUSH waits for the bitmap's file: off the connection's thread").isEqualTo(DataPath.Strategy.BLOCKING);
+            .as("over memory no FLUSH waits for the bitmap's file").isEqualTo(DataPath.Strategy.IN_MEMORY);
     }
 }

@@ -25,12 +25,15 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
 
     private final DirtyStore store;
     private final Set<Trait> traits;
+    /** Whether FLUSH and FUA make the marks durable: not over data held in memory (see the factory's traits). */
+    private final boolean forces;
     private final AtomicBoolean closed = new AtomicBoolean();
 
-    DirtyFilter(Backend inner, DirtyStore store, Set<Trait> traits) {
+    DirtyFilter(Backend inner, DirtyStore store, Set<Trait> traits, boolean forces) {
         super(inner);
         this.store = store;
         this.traits = traits;
+        this.forces = forces;
     }
 
     @Override public Set<Trait> traits() { return traits; }
@@ -44,7 +47,7 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
     public void write(long offset, ByteBuffer src, boolean fua) throws IOException {
         DirtyStore.Epoch e = store.enter(offset, src.remaining());
         try {
-            if (fua) store.force();
+            if (fua && forces) store.force();
             inner.write(offset, src, fua);
         } finally {
             DirtyStore.leave(e);
@@ -55,7 +58,7 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
     public void write(long offset, ByteBuffer[] srcs, boolean fua) throws IOException {
         DirtyStore.Epoch e = store.enter(offset, length(srcs));
         try {
-            if (fua) store.force();
+            if (fua && forces) store.force();
             inner.write(offset, srcs, fua);
         } finally {
             DirtyStore.leave(e);
@@ -74,7 +77,7 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
         }
         try {
             f = inner.writeAsync(offset, srcs, fua);
-            if (fua) f = f.thenCombine(CompletableFuture.runAsync(store::force, FORCER), (a, b) -> null);
+            if (fua && forces) f = f.thenCombine(CompletableFuture.runAsync(store::force, FORCER), (a, b) -> null);
         } catch (RuntimeException x) {
             DirtyStore.leave(e);
             return CompletableFuture.failedFuture(x);
@@ -86,7 +89,7 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
     public void trim(long offset, long length, boolean fua) throws IOException {
         DirtyStore.Epoch e = store.enter(offset, length);
         try {
-            if (fua) store.force();
+            if (fua && forces) store.force();
             inner.trim(offset, length, fua);
         } finally {
             DirtyStore.leave(e);
@@ -97,7 +100,7 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
     public void zero(long offset, long length, boolean mayTrim, boolean fast, boolean fua) throws IOException {
         DirtyStore.Epoch e = store.enter(offset, length);
         try {
-            if (fua) store.force();
+            if (fua && forces) store.force();
             inner.zero(offset, length, mayTrim, fast, fua);
         } finally {
             DirtyStore.leave(e);
@@ -107,7 +110,7 @@ final class DirtyFilter extends FilterBackend implements DirtyBitmaps {
     /** The marks first: a write the backend made durable has its mark durable too once both are done. */
     @Override
     public void flush() throws IOException {
-        store.force();
+        if (forces) store.force();
         inner.flush();
     }
 

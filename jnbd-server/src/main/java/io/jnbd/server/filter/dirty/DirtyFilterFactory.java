@@ -6,7 +6,6 @@ import io.jnbd.server.backend.BackendOptions;
 import io.jnbd.server.backend.FileBackend;
 import io.jnbd.server.backend.FilterBackend;
 import io.jnbd.server.backend.FilterFactory;
-import io.jnbd.server.backend.MemoryBackend;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
@@ -16,7 +15,6 @@ import java.nio.file.attribute.BasicFileAttributes;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
-import java.util.EnumSet;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
@@ -72,16 +70,13 @@ public final class DirtyFilterFactory implements FilterFactory {
     }
 
     /**
-     * Reads pass untouched, so sendfile and asynchronous reads stay, and asynchronous writes mark before they start;
-     * a FLUSH or FUA waits for the bitmap's file, so the requests of a memory export no longer run on the connection's
-     * own thread.
+     * Every one: reads pass untouched, so sendfile and asynchronous reads stay, and asynchronous writes mark before they
+     * start. Over a backend that never blocks (memory) no FLUSH or FUA waits for the bitmap files either: the data
+     * does not outlive the process, and a restart finds its bitmaps all dirty whatever they say (see {@link #identity}).
      */
     @Override
     public Set<Trait> traits(Set<Trait> below) {
-        EnumSet<Trait> out = EnumSet.noneOf(Trait.class);
-        out.addAll(below);
-        out.remove(Trait.NEVER_BLOCKS);
-        return out;
+        return below;
     }
 
     @Override
@@ -94,7 +89,7 @@ public final class DirtyFilterFactory implements FilterFactory {
             }
             BitmapFile.Shape shape = new BitmapFile.Shape(granularity, inner.size(), identity(inner));
             DirtyStore store = DirtyStore.open(dir(inner, options), shape, imageStamp(inner), names(options));
-            return new DirtyFilter(inner, store, Set.copyOf(traits(inner.traits())));
+            return new DirtyFilter(inner, store, Set.copyOf(traits(inner.traits())), !inner.has(Trait.NEVER_BLOCKS));
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
@@ -111,20 +106,20 @@ public final class DirtyFilterFactory implements FilterFactory {
 
     /**
      * What the bitmaps are of: a file by its device and inode (a copy or a restored image is another, whose blocks may
-     * all differ), a memory export by this process and instance (new at each start), anything else by its description.
+     * all differ), a backend that holds its data in memory (it never blocks) by this process and instance, as it is new
+     * at each start, anything else by its description.
      */
     static byte[] identity(Backend inner) throws IOException {
         String id;
         FileBackend file = FilterBackend.find(inner, FileBackend.class);
-        MemoryBackend memory = FilterBackend.find(inner, MemoryBackend.class);
+        Backend at = inner;
+        while (at instanceof FilterBackend f) at = f.inner();
         if (file != null) {
             Object key = Files.readAttributes(file.path(), BasicFileAttributes.class).fileKey();
             id = "file " + (key != null ? key : file.path().toRealPath());
-        } else if (memory != null) {
-            id = "memory " + PROCESS + " " + MEMORIES.computeIfAbsent(memory, m -> MEMORY_COUNT.incrementAndGet());
+        } else if (at.has(Trait.NEVER_BLOCKS)) {
+            id = "memory " + PROCESS + " " + MEMORIES.computeIfAbsent(at, m -> MEMORY_COUNT.incrementAndGet());
         } else {
-            Backend at = inner;
-            while (at instanceof FilterBackend f) at = f.inner();
             id = "backend " + at.describe();
         }
         try {
