@@ -66,6 +66,9 @@ class DirtyServerCrashTest {
                     // the last round is left unflushed: the kill finds it acknowledged but not flushed
                     if (r < ROUNDS - 1) assertThat(c.command(Nbd.CMD_FLUSH, 0, 0, 0)).isZero();
                 }
+                Throwable second = org.assertj.core.api.Assertions.catchThrowable(() -> ExportSpec.parse("d", spec).open());
+                assertThat(second).as("a second server over the same bitmaps").isInstanceOf(java.io.IOException.class)
+                    .hasMessageContaining("in use by another server");
                 Process kill = new ProcessBuilder("kill", "-9", Long.toString(p.pid())).redirectErrorStream(true).start();
                 assertThat(kill.waitFor()).as("kill -9 %d", p.pid()).isZero();
                 assertThat(p.waitFor(60, TimeUnit.SECONDS)).as("the server is gone").isTrue();
