@@ -120,7 +120,11 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
             else if (key.equals("readonly-for")) readOnlyFor.add(value);
             else if (key.equals("filter")) continue;
             else if (GENERAL.contains(key)) general.put(key, value);
-            else if (filterTakes(key, filterNames, factory)) filterKeys.put(key, value);
+            else if (filterTakes(key, filterNames, factory)) {
+                String before = filterKeys.get(key);
+                boolean repeats = before != null && value != null && FilterFactories.owning(key).repeatable().contains(key);
+                filterKeys.put(key, repeats ? before + ";" + value : value);
+            }
             else if (!factory.options().contains(key)) {
                 throw new IllegalArgumentException("unknown option '" + key + "' for a " + kind + ": export"
                     + (filterNames.isEmpty() ? "" : " or its filters (" + String.join(", ", filterNames) + ")"));
@@ -128,7 +132,7 @@ public record ExportSpec(String name, String kind, String target, BackendOptions
         }
         BackendOptions backendOptions = new BackendOptions(own);
         factory.check(target, backendOptions);
-        FilterStack filters = FilterStack.of(filterNames, readOnly(general), filterKeys);
+        FilterStack filters = FilterStack.of(filterNames, readOnly(general), filterKeys, factory.imageFile(target, backendOptions));
         filters.checkStacking();
         return new ExportSpec(name, kind, target, backendOptions, filters, description,
             tuning(new BackendOptions(general), filters.traits(factory.traits(target, backendOptions))), AllowList.parse(allow, readOnlyFor));

@@ -42,6 +42,11 @@ public record FilterStack(List<Filter> filters) {
      * The message of the exception names the key or filter and is meant for the user.
      */
     static FilterStack of(List<String> names, boolean readonly, Map<String, String> keys) {
+        return of(names, readonly, keys, null);
+    }
+
+    /** As {@link #of(List, boolean, Map)}, in front of a backend serving the file {@code image} (null: none). */
+    static FilterStack of(List<String> names, boolean readonly, Map<String, String> keys, java.nio.file.Path image) {
         List<String> order = new ArrayList<>();
         if (readonly) order.add("readonly");
         for (String name : names) {
@@ -66,6 +71,7 @@ public record FilterStack(List<Filter> filters) {
         for (var e : byFilter.entrySet()) {
             BackendOptions options = new BackendOptions(e.getValue());
             FilterFactories.of(e.getKey()).check(options);
+            FilterFactories.of(e.getKey()).checkFor(options, image);
             filters.add(new Filter(e.getKey(), options));
         }
         return new FilterStack(filters);

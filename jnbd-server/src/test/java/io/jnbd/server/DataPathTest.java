@@ -62,5 +62,9 @@ class DataPathTest {
         assertThat(strategy(file, false)).as("TLS: every byte passes the JVM").isEqualTo(DataPath.Strategy.BLOCKING);
         assertThat(strategy("memory:1M,filter=error,error-rate=10%", true)).isEqualTo(DataPath.Strategy.IN_MEMORY);
         assertThat(strategy("memory:1M,filter=delay,delay-write=1ms", true)).isEqualTo(DataPath.Strategy.BLOCKING);
+        assertThat(strategy(file + ",filter=dirty,dirty-bitmap=b0", true))
+            .as("dirty bitmaps leave reads alone: sendfile stays, writes go through the filter").isEqualTo(DataPath.Strategy.PAGE_CACHE);
+        assertThat(strategy("memory:1M,filter=dirty,dirty-dir=" + dir.resolve("bm"), true))
+            .as("over memory no FLUSH waits for the bitmap's file").isEqualTo(DataPath.Strategy.IN_MEMORY);
     }
 }

@@ -58,9 +58,9 @@ class FilterStackTest {
     @Test
     void aMistakeIsOneLineNamingTheExportAndTheKey() {
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=nope"))
-            .hasMessage("export 'd': filter=nope: no such filter (use cache, cow, delay, error, probe, rate or readonly)");
+            .hasMessage("export 'd': filter=nope: no such filter (use cache, cow, delay, dirty, error, probe, rate or readonly)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter="))
-            .hasMessage("export 'd': filter= needs the name of a filter (cache, cow, delay, error, probe, rate or readonly)");
+            .hasMessage("export 'd': filter= needs the name of a filter (cache, cow, delay, dirty, error, probe, rate or readonly)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,filter=delay,delay-reed=5ms"))
             .hasMessage("export 'd': unknown option 'delay-reed' for a memory: export or its filters (delay)");
         assertThatThrownBy(() -> ExportSpec.parse("d=memory:1M,delay-read=5ms"))

@@ -35,5 +35,13 @@ public interface BackendFactory {
     /** The traits the backend will have, known before it is opened (an export's tuning defaults follow them). */
     Set<Backend.Trait> traits(String target, BackendOptions options);
 
+    /**
+     * The file whose bytes a backend of this spec serves, or null for a kind without one (memory, another server): where
+     * a filter with files of its own may keep them by default, beside the image.
+     */
+    default java.nio.file.Path imageFile(String target, BackendOptions options) {
+        return null;
+    }
+
     Backend open(String target, BackendOptions options, boolean readOnly) throws IOException;
 }

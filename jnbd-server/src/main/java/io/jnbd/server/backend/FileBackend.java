@@ -135,6 +135,9 @@ public final class FileBackend implements Backend {
 
     public Mode mode() { return mode; }
 
+    /** The file or device served. */
+    public Path path() { return path; }
+
     /** See {@link #writeAlignment}; 1 in cached mode. */
     int writeAlignment() { return writeAlignment; }
 

@@ -25,6 +25,11 @@ public final class FileBackendFactory implements BackendFactory {
     }
 
     @Override
+    public Path imageFile(String target, BackendOptions options) {
+        return Path.of(target);
+    }
+
+    @Override
     public Backend open(String target, BackendOptions options, boolean readOnly) throws IOException {
         return new FileBackend(Path.of(target), mode(options), readOnly, options.size("size", -1));
     }

@@ -28,6 +28,21 @@ public interface FilterFactory {
      */
     void check(BackendOptions options);
 
+    /**
+     * The keys that may be given more than once ({@code dirty-bitmap=b0,dirty-bitmap=b1}): their values reach the filter
+     * joined by {@code ;} in the order given, as one value. Any other key given twice keeps its last value.
+     */
+    default Set<String> repeatable() {
+        return Set.of();
+    }
+
+    /**
+     * Checks what {@link #check(BackendOptions)} cannot: whether the options fit the backend the stack stands in front
+     * of, as far as the spec tells. {@code image} is the file that backend serves ({@link BackendFactory#imageFile}),
+     * null for a kind without one. Called after {@link #check(BackendOptions)}; nothing by default.
+     */
+    default void checkFor(BackendOptions options, java.nio.file.Path image) {}
+
     /** The filter's part of a resolved stack, for {@code jnbd serve --check}: {@code delay(read 5ms)}. */
     String describe(BackendOptions options);
 
