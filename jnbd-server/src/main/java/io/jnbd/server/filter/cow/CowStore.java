@@ -4,12 +4,9 @@ import io.jnbd.server.backend.Backend;
 import java.io.Closeable;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
-import java.nio.channels.FileLock;
-import java.nio.channels.OverlappingFileLockException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -67,23 +64,7 @@ final class CowStore implements Closeable {
 
     /** Takes DIR/lock, or fails with a message saying the directory is in use; closing the channel releases it. */
     static FileChannel lock(Path dir) throws IOException {
-        Files.createDirectories(dir);
-        Path file = dir.resolve("lock");
-        FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE);
-        FileLock held;
-        try {
-            held = ch.tryLock();
-        } catch (OverlappingFileLockException e) {
-            held = null; // another export of this very server
-        } catch (IOException | RuntimeException e) {
-            ch.close();
-            throw e;
-        }
-        if (held == null) {
-            ch.close();
-            throw new IOException("cow-dir " + dir + " is in use by another server or export (" + file + " is locked)");
-        }
-        return ch;
+        return io.jnbd.server.filter.DirectoryLock.take(dir, "cow-dir", "server or export");
     }
 
     /** The one overlay of {@code cow-overlay=shared}. */

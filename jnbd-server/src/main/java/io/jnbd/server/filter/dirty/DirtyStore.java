@@ -6,12 +6,9 @@ import io.jnbd.server.backend.NbdErrorException;
 import java.io.Closeable;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
-import java.nio.channels.FileLock;
-import java.nio.channels.OverlappingFileLockException;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
@@ -104,22 +101,7 @@ final class DirtyStore implements Closeable {
     }
 
     private static FileChannel lock(Path dir) throws IOException {
-        Path file = dir.resolve("lock");
-        FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE);
-        FileLock held;
-        try {
-            held = ch.tryLock();
-        } catch (OverlappingFileLockException e) {
-            held = null;
-        } catch (IOException | RuntimeException e) {
-            ch.close();
-            throw e;
-        }
-        if (held == null) {
-            ch.close();
-            throw new IOException("dirty-dir " + dir + " is in use by another server (" + file + " is locked)");
-        }
-        return ch;
+        return io.jnbd.server.filter.DirectoryLock.take(dir, "dirty-dir", "server");
     }
 
     /** Why {@code name} cannot name a bitmap, or null: 1 to 64 of {@code A-Z a-z 0-9 . _ -}, not starting with a dot. */
