@@ -60,7 +60,8 @@ class ExportSpecTest {
         try (var b = ExportSpec.parse("r=file:" + dir.resolve("r.img") + ",size=1M").open();
              var ro = ExportSpec.parse("r=file:" + dir.resolve("r.img") + ",readonly").open();
              var direct = ExportSpec.parse("r=file:" + dir.resolve("r.img") + ",mode=direct,readonly").open()) {
-            assertThat(ro.traits()).isEqualTo(b.traits()).containsExactly(io.jnbd.server.backend.Backend.Trait.ZERO_COPY);
+            assertThat(ro.traits()).isEqualTo(b.traits()).containsExactlyInAnyOrder(
+                io.jnbd.server.backend.Backend.Trait.ZERO_COPY, io.jnbd.server.backend.Backend.Trait.CACHED_READS);
             assertThat(direct.traits()).containsExactly(io.jnbd.server.backend.Backend.Trait.DIRECT_IO);
         }
     }
