@@ -31,8 +31,10 @@ final class AotTraining {
         for (String tool : new String[]{"info", "copy", "cmp", "bench"}) run(tool, "--help");
         Path dir = Files.createTempDirectory("jnbd-aot");
         Path file = dir.resolve("disk.img");
+        Path bitmaps = dir.resolve("bitmaps");
         List<Export> exports = List.of(ExportSpec.parse("disk=memory:4M").openExport(),
-            ExportSpec.parse("copy=memory:4M").openExport());
+            ExportSpec.parse("copy=memory:4M").openExport(),
+            ExportSpec.parse("bm=memory:4M,filter=dirty,dirty-bitmap=b0,dirty-dir=" + bitmaps).openExport());
         try (NbdServer server = new NbdServer(new Exports(exports, "disk"), ServerConfig.defaults())) {
             var at = (InetSocketAddress) server.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
             String uri = "nbd://127.0.0.1:" + at.getPort() + "/disk";
@@ -49,9 +51,14 @@ final class AotTraining {
             String other = "nbd://127.0.0.1:" + at.getPort() + "/copy";
             run("copy", "--no-progress", uri, other);
             run("cmp", uri, other);
+            // An incremental copy: the metadata context negotiated, the bitmap walked, only its ranges copied.
+            String marked = "nbd://127.0.0.1:" + at.getPort() + "/bm";
+            run("copy", "--no-progress", file.toString(), marked);
+            run("copy", "--no-progress", "--bitmap", "b0", marked, file.toString());
         } finally {
-            Files.deleteIfExists(file);
-            Files.deleteIfExists(dir);
+            try (var left = Files.walk(dir)) {
+                for (Path p : left.sorted(java.util.Comparator.reverseOrder()).toList()) Files.deleteIfExists(p);
+            }
         }
     }
 
