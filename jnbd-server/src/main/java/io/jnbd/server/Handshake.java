@@ -267,7 +267,7 @@ final class Handshake {
         }
         try {
             if (set) {
-                for (MetaContext c : metaContexts.set(export, req.queries())) metaContextReply(option, c.id(), c.name());
+                for (MetaContext c : metaContexts.set(export, req.exportName(), req.queries())) metaContextReply(option, c.id(), c.name());
             } else {
                 // The spec reserves the id of a listed context: it is 0.
                 for (String name : metaContexts.list(export, req.queries())) metaContextReply(option, 0, name);
@@ -318,7 +318,7 @@ final class Handshake {
 
     /** {@code asked}: the name the client gave, which may go on past the export's ({@code boot/pc42}: see NamedViews). */
     private Session session(Export export, String asked, boolean blockSizeAgreed) {
-        List<MetaContext> contexts = structured ? metaContexts.selectedFor(export) : List.of();
+        List<MetaContext> contexts = structured ? metaContexts.selectedFor(asked) : List.of();
         int flags = export.transmissionFlags(structured);
         String viewName = asked.length() > export.name().length() && asked.startsWith(export.name() + "/")
             ? asked.substring(export.name().length() + 1) : null;

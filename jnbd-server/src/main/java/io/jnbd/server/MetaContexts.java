@@ -34,7 +34,8 @@ final class MetaContexts {
      * sees the same one (the spec lets ids change; keeping them costs nothing and spares a client surprises).
      */
     private final Map<String, Integer> ids = new HashMap<>(Map.of(Nbd.CONTEXT_BASE_ALLOCATION, BASE_ALLOCATION_ID));
-    private String selectedExport;
+    /** The export name the selection was made for, as the client wrote it ({@code boot/pc42}, not {@code boot}). */
+    private String selectedName;
     private List<MetaContext> selected = List.of();
 
     /** The names of the contexts of {@code export} that {@code queries} list; no queries lists them all. */
@@ -47,28 +48,35 @@ final class MetaContexts {
         return out;
     }
 
-    /** Selects the contexts of {@code export} that {@code queries} name, in place of any earlier selection. */
-    List<MetaContext> set(Export export, List<String> queries) throws InvalidQuery {
+    /**
+     * Selects the contexts of {@code export} that {@code queries} name, in place of any earlier selection, for the
+     * export name {@code asked} as the client gave it.
+     */
+    List<MetaContext> set(Export export, String asked, List<String> queries) throws InvalidQuery {
         forget();
         checkNamespaces(queries);
         List<MetaContext> chosen = new ArrayList<>();
         for (String name : available(export)) {
             if (matches(queries, name, false)) chosen.add(new MetaContext(ids.computeIfAbsent(name, n -> ids.size() + 1), name));
         }
-        selectedExport = export.name();
+        selectedName = asked;
         selected = List.copyOf(chosen);
         return selected;
     }
 
     /** Drops the selection: a SET begins so (even one that fails), and STARTTLS. */
     void forget() {
-        selectedExport = null;
+        selectedName = null;
         selected = List.of();
     }
 
-    /** What block status answers on {@code export}: the last selection if it was made for that export, else nothing. */
-    List<MetaContext> selectedFor(Export export) {
-        return export.name().equals(selectedExport) ? selected : List.of();
+    /**
+     * What block status answers after {@code NBD_OPT_GO} with {@code asked}: the last selection if it was made for that
+     * very name, else nothing. The spec ties a selection to the export name the client used; {@code boot/pc42} and
+     * {@code boot/pc43} are one export here but two disks, and a selection made for one must not carry to the other.
+     */
+    List<MetaContext> selectedFor(String asked) {
+        return asked.equals(selectedName) ? selected : List.of();
     }
 
     private static Set<String> available(Export export) {

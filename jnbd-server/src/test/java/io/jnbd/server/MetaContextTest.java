@@ -202,10 +202,37 @@ class MetaContextTest {
         }
     }
 
+    /**
+     * A selection holds for the export name the client used, not for whatever export that name reached: the default
+     * export asked for as "" and as "bm" are one export, but a SET for one does not carry to a GO for the other (as
+     * {@code boot/pc42} and {@code boot/pc43} are one cow export and two disks).
+     */
+    @Test
+    void aSelectionHoldsOnlyForTheExportNameItWasMadeFor() throws IOException {
+        try (NbdServer server = new NbdServer(new Exports(List.of(new Export("bm", "", bitmaps)), "bm"), ServerConfig.defaults())) {
+            var address = server.listen(new java.net.InetSocketAddress("127.0.0.1", 0));
+            try (RawClient c = RawClient.connect(address)) {
+                structured(c);
+                set(c, "", A);
+                go(c, "bm");
+                assertThat(c.command(Nbd.CMD_BLOCK_STATUS, 0, 0, 4096)).as("selected for \"\", not for \"bm\"").isEqualTo(Nbd.EINVAL);
+            }
+            try (RawClient c = RawClient.connect(address)) {
+                structured(c);
+                int id = set(c, "", A).get(A);
+                go(c, "");
+                assertThat(blockStatus(c, 0, 0, 4096)).isEqualTo(Map.of(id, List.of(d(4096, 0))));
+            }
+        }
+    }
+
     // ---------------------------------------------------------------- helpers
 
     private RawClient structured() throws IOException {
-        RawClient c = RawClient.connect(fx.address);
+        return structured(RawClient.connect(fx.address));
+    }
+
+    private static RawClient structured(RawClient c) throws IOException {
         c.greeting();
         c.clientFlags(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
         assertThat(c.option(Nbd.OPT_STRUCTURED_REPLY, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
