@@ -127,15 +127,24 @@ final class Sender {
 
     /**
      * Sends {@code p} now if that cannot block, else queues it for the sender thread. Never waits. A virtual
-     * thread always queues: the JDK puts a socket in non-blocking mode for good once a virtual thread has
-     * used it, and from then on every blocking read by the reader thread costs a failed read and a poll.
+     * thread writes only where the transport can without the JDK's socket write (see NativeSend), and queues
+     * otherwise: the JDK puts a socket in non-blocking mode for good once a virtual thread has used it, and from
+     * then on every blocking read by the reader thread costs a failed read and a poll. Within a
+     * {@link SendBatch}, the request is held until the batch ends.
      */
     void submit(Pending p) {
-        if (Thread.currentThread() == reader) {
+        Thread current = Thread.currentThread();
+        if (current == reader) {
             corked.add(p);
             return;
         }
-        if (smallEnoughInline(p) && !Thread.currentThread().isVirtual()
+        SendBatch held = SendBatch.current();
+        if (held != null) {
+            corked.add(p);
+            held.hold(this);
+            return;
+        }
+        if (smallEnoughInline(p) && mayWriteOn(current)
                 && queue.isEmpty() && tryLock()) {
             try {
                 if (queue.isEmpty() && unanswered.get() + p.wireBytes() <= inlineBudget && window.tryAcquire()) {
@@ -152,13 +161,14 @@ final class Sender {
     }
 
     /**
-     * Sends what was submitted on the reader thread since it last waited: as one gathering write while the
-     * requests fit the conditions of an inline write (see {@link #submit}), the rest through the queue, in
-     * submission order. Called by the reader thread before it waits for more bytes.
+     * Sends what was submitted on the reader thread since it last waited, or in a {@link SendBatch} that ended:
+     * as one gathering write while the requests fit the conditions of an inline write (see {@link #submit}),
+     * the rest through the queue, in submission order. Called by the reader thread before it waits for more
+     * bytes, and by the thread ending a batch.
      */
     void uncork() {
         if (corked.isEmpty()) return;
-        if (queue.isEmpty() && tryLock()) {
+        if (queue.isEmpty() && mayWriteOn(Thread.currentThread()) && tryLock()) {
             try {
                 long bytes = unanswered.get();
                 for (Pending p; queue.isEmpty() && (p = corked.peek()) != null; ) {
@@ -216,6 +226,10 @@ final class Sender {
             batch.clear();
             batchBuffers.clear();
         }
+    }
+
+    private boolean mayWriteOn(Thread t) {
+        return !t.isVirtual() || transport.writesFromVirtualThreads();
     }
 
     /**

@@ -64,17 +64,31 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
      * through close, a splice (which the JDK does not know about) through the shutdown.
      */
     final void close() {
+        closing();
         try {
             socket.shutdownInput();
             socket.shutdownOutput();
         } catch (IOException | RuntimeException ignored) {
             // Not connected any more: nothing to wake.
         }
+        beforeRelease();
         try {
             socket.close();
         } catch (IOException ignored) {
             // Nothing more to do with a broken socket.
         }
+    }
+
+    /** Whether a virtual thread may write on this transport without the JDK switching the socket's mode. */
+    boolean writesFromVirtualThreads() {
+        return false;
+    }
+
+    void closing() {
+    }
+
+    /** Between the shutdown, which ends native calls under way, and the close, which frees the descriptor. */
+    void beforeRelease() {
     }
 
     /** The socket, for TLS to run its handshake and records over. */
@@ -93,6 +107,16 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
     }
 
     static final class Plain extends Transport {
+        /** Made on the first write by a virtual thread; null without native access. */
+        private volatile NativeSend nativeSend;
+        private volatile boolean nativeTried;
+        /**
+         * Native writes under way. The JDK knows nothing of them, so its close would free the descriptor under
+         * them, and a later call could write into whatever file reuses the number: close waits for them to end.
+         */
+        private final java.util.concurrent.atomic.AtomicInteger nativeWriters = new java.util.concurrent.atomic.AtomicInteger();
+        private volatile boolean closing;
+
         Plain(SocketChannel socket) {
             super(socket);
         }
@@ -103,12 +127,62 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         }
 
         @Override
+        boolean writesFromVirtualThreads() {
+            if (!nativeTried) {
+                synchronized (this) {
+                    if (!nativeTried) {
+                        nativeSend = NativeSend.of(socket);
+                        nativeTried = true;
+                    }
+                }
+            }
+            return nativeSend != null;
+        }
+
+        /** The native writer when the calling thread is virtual (and it is to be had), else null. */
+        private NativeSend nativeFor() {
+            return Thread.currentThread().isVirtual() && writesFromVirtualThreads() ? nativeSend : null;
+        }
+
+        private void writeNatively(NativeSend n, ByteBuffer... srcs) throws IOException {
+            nativeWriters.incrementAndGet();
+            try {
+                if (closing) throw new java.nio.channels.ClosedChannelException();
+                n.writeFully(srcs);
+            } finally {
+                nativeWriters.decrementAndGet();
+            }
+        }
+
+        @Override
+        void closing() {
+            closing = true;
+        }
+
+        @Override
+        void beforeRelease() {
+            // The shutdown has made any sendmsg or poll under way return; they end within microseconds.
+            long deadline = System.nanoTime() + 1_000_000_000L;
+            while (nativeWriters.get() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+        }
+
+        @Override
         void write(ByteBuffer src) throws IOException {
+            NativeSend n = nativeFor();
+            if (n != null) {
+                writeNatively(n, src);
+                return;
+            }
             while (src.hasRemaining()) socket.write(src);
         }
 
         @Override
         void write(ByteBuffer header, ByteBuffer payload) throws IOException {
+            NativeSend n = nativeFor();
+            if (n != null) {
+                writeNatively(n, header, payload);
+                return;
+            }
             // One gathering write (writev) for both, repeated only if the socket took part of them.
             ByteBuffer[] both = {header, payload};
             while (payload.hasRemaining()) socket.write(both);
@@ -116,6 +190,11 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
 
         @Override
         void write(ByteBuffer[] srcs) throws IOException {
+            NativeSend n = nativeFor();
+            if (n != null) {
+                writeNatively(n, srcs);
+                return;
+            }
             ByteBuffer last = srcs[srcs.length - 1];
             while (last.hasRemaining()) socket.write(srcs);
         }

@@ -1,5 +1,6 @@
 package io.jnbd.pool;
 
+import io.jnbd.client.SendBatch;
 import io.jnbd.protocol.Nbd;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Extent;
@@ -36,6 +37,21 @@ public final class PoolBackend implements Backend, StatusReporting {
     @Override public long size() { return volume.size(); }
     @Override public Set<Capability> capabilities() { return CAPS; }
     @Override public Set<Trait> traits() { return Set.of(Trait.REMOTE, Trait.ASYNC); }
+
+    /**
+     * The requests the server starts together go to the memory servers together: on each connection one write
+     * for the batch, where one per request cost the serving process a system call each and woke the memory
+     * server for each (issue 35).
+     */
+    @Override
+    public void beginBatch() {
+        SendBatch.begin();
+    }
+
+    @Override
+    public void endBatch() {
+        SendBatch.end();
+    }
 
     @Override
     public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
@@ -139,6 +155,7 @@ public final class PoolBackend implements Backend, StatusReporting {
     }
 
     private static void await(CompletableFuture<Void> f) throws IOException {
+        SendBatch.sendHeld(); // what this waits for may be held in the server's batch
         try {
             f.join();
         } catch (CompletionException e) {

@@ -2,6 +2,7 @@ package io.jnbd.server;
 
 import io.jnbd.protocol.Nbd;
 import io.jnbd.protocol.Request;
+import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Completions;
 import io.jnbd.server.io.BufferPool;
 import io.jnbd.server.io.Releasable;
@@ -160,8 +161,16 @@ final class Dispatcher implements DataPath.ReplySink {
                 case WORKERS -> workers.add(work);
             }
         }
-        here.forEach(Runnable::run);
-        if (!Placement.runIfFree(hereIfFree)) workers.addAll(0, hereIfFree);
+        Backend backend = path.backend();
+        backend.beginBatch();
+        boolean ranIfFree;
+        try {
+            here.forEach(Runnable::run);
+            ranIfFree = Placement.runIfFree(hereIfFree);
+        } finally {
+            backend.endBatch();
+        }
+        if (!ranIfFree) workers.addAll(0, hereIfFree);
         flush();
         if (workers.isEmpty()) return;
         if (plan.sequential()) {

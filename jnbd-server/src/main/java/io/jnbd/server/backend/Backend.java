@@ -121,6 +121,19 @@ public interface Backend extends AutoCloseable {
         return CompletableFuture.failedFuture(new UnsupportedOperationException(describe() + " has no asynchronous writes"));
     }
 
+    /**
+     * The server is about to start several requests it read from one client together, and calls
+     * {@link #endBatch} on the same thread once it has started them (always paired). A backend that forwards
+     * requests elsewhere may hold them back meanwhile and send them together; it must still send what it holds
+     * before it blocks waiting for any of them.
+     */
+    default void beginBatch() {
+    }
+
+    /** See {@link #beginBatch}. */
+    default void endBatch() {
+    }
+
     /** Makes every completed write durable, whichever connection made it. */
     void flush() throws IOException;
 

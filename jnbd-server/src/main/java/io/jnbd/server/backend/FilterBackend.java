@@ -101,6 +101,8 @@ public abstract class FilterBackend implements Backend, Cloneable {
         }
     }
 
+    @Override public void beginBatch() { inner.beginBatch(); }
+    @Override public void endBatch() { inner.endBatch(); }
     @Override public void flush() throws IOException { inner.flush(); }
     @Override public void trim(long offset, long length, boolean fua) throws IOException { inner.trim(offset, length, fua); }
 
