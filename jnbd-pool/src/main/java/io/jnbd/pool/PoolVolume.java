@@ -6,14 +6,12 @@ import io.jnbd.pool.memserver.SpaceName;
 import io.jnbd.protocol.Nbd;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
@@ -37,8 +35,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     private static final int CACHE_PAGE = 4096;
 
     private final PoolConfig config;
-    private final long instance;
-    private volatile int client;
+    private final PoolIdentity identity;
     private final List<MemServerLink> links = new ArrayList<>();
     private final AtomicReferenceArray<Extent> extents;
     private final Object[] placing = new Object[64];
@@ -49,14 +46,11 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
 
     private PoolVolume(PoolConfig config) {
         this.config = config;
-        long drawn;
-        do drawn = new SecureRandom().nextLong(); while (drawn == 0);
-        this.instance = drawn;
-        this.client = config.client() != 0 ? config.client() : 1 + ThreadLocalRandom.current().nextInt(0xFFFF);
+        this.identity = new PoolIdentity(config);
         this.extents = new AtomicReferenceArray<>(config.extentCount());
         for (int i = 0; i < placing.length; i++) placing[i] = new Object();
         for (String s : config.servers()) {
-            links.add(new MemServerLink(s, this::space, config.serverTimeout(), config.extentSize(), this, config.tls()));
+            links.add(new MemServerLink(s, identity, config.serverTimeout(), config.extentSize(), this, config.tls()));
         }
         this.placement = new Placement(links, config.candidates(), config.extentSize());
         this.recovery = new Recovery(this, config.recoveryRate());
@@ -66,14 +60,13 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
 
     /**
      * Connects to the memory servers and returns the volume. At least one must answer; the others are connected
-     * in the background as they come up. A client id drawn at random that another pool client already uses on a
-     * server is drawn again.
+     * in the background as they come up.
      */
     public static PoolVolume open(PoolConfig config) throws IOException {
         PoolVolume v = new PoolVolume(config);
         v.status().toJson(); // loads the JSON library now rather than in the first status poll
         try {
-            v.connectFirst();
+            v.identity.connectFirst(v.links);
         } catch (IOException | RuntimeException e) {
             v.close();
             throw e;
@@ -83,46 +76,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         return v;
     }
 
-    private void connectFirst() throws IOException {
-        for (int attempt = 0; ; attempt++) {
-            List<CompletableFuture<String>> tries = new ArrayList<>();
-            for (MemServerLink l : links) {
-                tries.add(CompletableFuture.supplyAsync(() -> {
-                    try {
-                        l.connectOnce();
-                        return null;
-                    } catch (IOException | RuntimeException e) {
-                        return l.name() + ": " + e.getMessage();
-                    }
-                }, r -> Thread.ofVirtual().start(r)));
-            }
-            List<String> errors = new ArrayList<>();
-            for (var t : tries) {
-                String e = t.join();
-                if (e != null) errors.add(e);
-            }
-            boolean taken = errors.stream().anyMatch(e -> e.contains("is in use by another pool client"));
-            if (taken && config.client() == 0 && attempt < 8) {
-                // Another pool client holds this id somewhere: start over with another, before anything is placed.
-                for (MemServerLink l : links) {
-                    MemServerLink.Session s = l.session();
-                    if (s != null) l.fail(s, "client id " + client + " is taken elsewhere");
-                }
-                client = 1 + ThreadLocalRandom.current().nextInt(0xFFFF);
-                continue;
-            }
-            if (errors.size() == links.size()) throw new IOException("no memory server answered: " + String.join("; ", errors));
-            if (taken) throw new IOException("client id " + client + " is in use: " + String.join("; ", errors));
-            for (String e : errors) log.warn("pool: memory server {} (will keep trying)", e);
-            log.info("pool: {} of {} memory servers up; client {}, unit {}, {} extents of {} KiB, {} replicas",
-                links.size() - errors.size(), links.size(), client, config.unit(), config.extentCount(),
-                config.extentSize() >> 10, config.replicas());
-            return;
-        }
-    }
-
     SpaceName space() {
-        return new SpaceName(client, config.unit(), instance);
+        return identity.space();
     }
 
     public long size() {
