@@ -7,12 +7,9 @@ import io.jnbd.protocol.Nbd;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
-import java.util.HashSet;
 import java.util.List;
-import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -37,25 +34,24 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     private final PoolConfig config;
     private final PoolIdentity identity;
     private final List<MemServerLink> links = new ArrayList<>();
-    private final AtomicReferenceArray<Extent> extents;
-    private final Object[] placing = new Object[64];
     private final Placement placement;
     private final Recovery recovery;
+    private final ReplicaStates states;
     /** The client's page cache and prefetch (cache=, readahead=); null without one, the default. */
     private final ReadCache cache;
 
     private PoolVolume(PoolConfig config) {
         this.config = config;
         this.identity = new PoolIdentity(config);
-        this.extents = new AtomicReferenceArray<>(config.extentCount());
-        for (int i = 0; i < placing.length; i++) placing[i] = new Object();
         for (String s : config.servers()) {
             links.add(new MemServerLink(s, identity, config.serverTimeout(), config.extentSize(), this, config.tls()));
         }
         this.placement = new Placement(links, config.candidates(), config.extentSize());
         this.recovery = new Recovery(this, config.recoveryRate());
+        this.states = new ReplicaStates(config, placement, recovery);
         this.cache = config.cacheSize() > 0
             ? new ReadCache(this::readThrough, config.size(), config.cacheSize(), config.readahead(), CACHE_PAGE) : null;
+        states.forgetLostExtentsIn(cache);
     }
 
     /**
@@ -93,11 +89,15 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     }
 
     Extent extent(int index) {
-        return extents.get(index);
+        return states.extent(index);
     }
 
     int extentCount() {
-        return extents.length();
+        return states.extentCount();
+    }
+
+    ReplicaStates states() {
+        return states;
     }
 
     Placement placement() {
@@ -180,7 +180,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     }
 
     private CompletableFuture<Void> readExtent(int idx, long pos, ByteBuffer dst) {
-        Extent e = extents.get(idx);
+        Extent e = states.extent(idx);
         if (e == null) {
             java.lang.foreign.MemorySegment.ofBuffer(dst).fill((byte) 0); // never written
             return CompletableFuture.completedFuture(null);
@@ -189,7 +189,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     }
 
     private CompletableFuture<Void> readFrom(Extent e, long pos, ByteBuffer dst, int attempt) {
-        if (e.lost()) return CompletableFuture.failedFuture(lostError(e));
+        if (e.lost()) return CompletableFuture.failedFuture(states.lostError(e));
         Replica best = null;
         MemServerLink.Session session = null;
         for (Replica r : e.replicas()) {
@@ -201,8 +201,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
             }
         }
         if (best == null) {
-            if (e.readableCount() == 0) lose(e, "no replica is left to read");
-            return CompletableFuture.failedFuture(lostError(e));
+            if (e.readableCount() == 0) states.lose(e, "no replica is left to read");
+            return CompletableFuture.failedFuture(states.lostError(e));
         }
         if (attempt >= READ_ATTEMPTS) {
             return CompletableFuture.failedFuture(new PoolException(Nbd.EIO, "read of " + e + " failed " + attempt + " times"));
@@ -211,7 +211,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         MemServerLink.Session s = session;
         return r.link.call(() -> s.data().read(pos, dst.duplicate())).handle((v, err) -> {
             if (err == null) return CompletableFuture.<Void>completedFuture(null);
-            replicaFailed(e, r, s, unwrap(err));
+            states.failed(e, r, s, unwrap(err));
             return readFrom(e, pos, dst, attempt + 1);
         }).thenCompose(f -> f);
     }
@@ -219,13 +219,13 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     private CompletableFuture<Void> writeExtent(int idx, long pos, ByteBuffer src) {
         Extent e;
         try {
-            e = extentForWrite(idx);
+            e = states.placeForWrite(idx);
         } catch (PoolException ex) {
             return CompletableFuture.failedFuture(ex);
         }
         long from = pos - e.start;
         return e.gate.acquire(from, from + src.remaining()).thenCompose(t -> {
-            if (extents.get(idx) != e) {
+            if (states.extent(idx) != e) {
                 // Trimmed whole or abandoned while this waited: the write goes to the extent placed anew.
                 e.gate.release(t);
                 return writeExtent(idx, pos, src);
@@ -234,28 +234,24 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         }).exceptionallyCompose(x -> {
             Throwable cause = unwrap(x);
             if (!(cause instanceof PoolException pe && pe.error() == Nbd.ENOSPC)) return CompletableFuture.failedFuture(cause);
-            return abandonIfUnwritten(e).thenCompose(v -> CompletableFuture.failedFuture(cause));
+            return states.abandonIfUnwritten(e).thenCompose(v -> CompletableFuture.failedFuture(cause));
         });
     }
 
     private CompletableFuture<Void> trimExtent(int idx, long pos, long length) {
-        Extent e = extents.get(idx);
+        Extent e = states.extent(idx);
         if (e == null) return CompletableFuture.completedFuture(null);
         long from = pos - e.start;
-        boolean whole = from == 0 && length == extentLength(e);
+        boolean whole = from == 0 && length == states.extentLength(e);
         return e.gate.acquire(from, from + length).thenCompose(t -> {
-            if (extents.get(idx) != e) {
+            if (states.extent(idx) != e) {
                 e.gate.release(t);
                 return trimExtent(idx, pos, length);
             }
             return fanOut(e, pos, null, length).thenRun(() -> {
-                if (whole) retire(e);
+                if (whole) states.retire(e);
             }).whenComplete((v, x) -> e.gate.release(t));
         });
-    }
-
-    long extentLength(Extent e) {
-        return Math.min(config.extentSize(), config.size() - e.start);
     }
 
     /**
@@ -263,7 +259,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
      * done when every in-sync replica either acknowledged or was dropped (its server lost) or demoted (stale).
      */
     private CompletableFuture<Void> fanOut(Extent e, long pos, ByteBuffer data, long length) {
-        if (e.lost()) return CompletableFuture.failedFuture(lostError(e));
+        if (e.lost()) return CompletableFuture.failedFuture(states.lostError(e));
         List<Replica> targets = new ArrayList<>();
         List<MemServerLink.Session> sessions = new ArrayList<>();
         for (Replica r : e.replicas()) {
@@ -273,8 +269,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
             sessions.add(s);
         }
         if (targets.stream().noneMatch(r -> r.state() == Replica.State.IN_SYNC)) {
-            lose(e, "no replica is left to write");
-            return CompletableFuture.failedFuture(lostError(e));
+            states.lose(e, "no replica is left to write");
+            return CompletableFuture.failedFuture(states.lostError(e));
         }
         List<CompletableFuture<Void>> sent = new ArrayList<>();
         for (int i = 0; i < targets.size(); i++) {
@@ -315,127 +311,16 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         }
         if (acked > 0) {
             // Those that refused now differ from the ones that took it: never read them until they are copied anew.
-            for (Replica r : refused) demote(e, r);
-            e.written = true;
+            for (Replica r : refused) states.demote(e, r);
+            states.written(e);
             return CompletableFuture.completedFuture(null);
         }
         if (write && full > 0 && full == failed) {
             // The store allocates all or nothing, so each refusing replica is as it was: they still agree.
             return CompletableFuture.failedFuture(new PoolException(Nbd.ENOSPC, "no room for " + e + " on its memory servers"));
         }
-        if (e.readableCount() == 0) lose(e, "its last replica failed a write");
-        return CompletableFuture.failedFuture(lostError(e));
-    }
-
-    /** A replica that failed a request: its server lost, or (an error from the server) this replica stale. */
-    private void replicaFailed(Extent e, Replica r, MemServerLink.Session s, Throwable err) {
-        if (err instanceof NbdErrorException) demote(e, r);
-        else r.link.fail(s, MemServerLink.rootMessage(err));
-    }
-
-    /** See {@link Replica} for who else moves a replica's state, and why this move may not be lost. */
-    private void demote(Extent e, Replica r) {
-        if (r.demote()) {
-            log.warn("pool: {} on {} is stale (a request to it failed); it will be copied anew", e, r.link.name());
-        }
-        recovery.enqueue(e.index);
-    }
-
-    // ---- placement ----
-
-    private Extent extentForWrite(int idx) throws PoolException {
-        Extent e = extents.get(idx);
-        if (e != null) return e;
-        synchronized (placing[idx % placing.length]) {
-            e = extents.get(idx);
-            if (e != null) return e;
-            List<Replica> group = new ArrayList<>();
-            Set<MemServerLink> chosen = new HashSet<>();
-            for (int i = 0; i < config.replicas(); i++) {
-                MemServerLink l = placement.pick(chosen);
-                if (l == null) break;
-                MemServerLink.Session s = l.session();
-                if (s == null) continue;
-                chosen.add(l);
-                group.add(new Replica(l, s.generation(), Replica.State.IN_SYNC));
-            }
-            if (group.isEmpty()) throw new PoolException(Nbd.EIO, "no memory server is up");
-            e = new Extent(idx, (long) idx * config.extentSize(), group);
-            for (Replica r : group) r.link.extentsHeld.add(idx);
-            extents.set(idx, e);
-            if (group.size() < config.replicas()) recovery.enqueue(idx); // fewer servers up than copies wanted
-            return e;
-        }
-    }
-
-    /**
-     * A new extent that no write has reached (its first ones found no room): it leaves nothing behind and is not
-     * placed, so that the next write may find room elsewhere. Waits for the whole range, so no write to it is in
-     * flight.
-     */
-    private CompletableFuture<Void> abandonIfUnwritten(Extent e) {
-        if (e.written || extents.get(e.index) != e) return CompletableFuture.completedFuture(null);
-        return e.gate.acquire(0, extentLength(e)).thenAccept(t -> {
-            try {
-                if (!e.written) retire(e);
-            } finally {
-                e.gate.release(t);
-            }
-        });
-    }
-
-    /**
-     * Takes an extent out of the table; the caller holds its whole range. Its copies' discards are recorded with
-     * their servers before the slot is freed, so that the writes of the next placement there wait for them.
-     */
-    private void retire(Extent e) {
-        if (extents.get(e.index) != e) return;
-        for (Replica r : e.replicas()) discardCopy(e, r);
-        extents.compareAndSet(e.index, e, null);
-    }
-
-    /** Trims a copy that is no longer (or never was) a replica, so it does not hold its server's memory. */
-    void discardCopy(Extent e, Replica r) {
-        MemServerLink.Session s = r.link.session();
-        if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
-        CompletableFuture<Void> trim = r.link.call(() -> s.data().trim(e.start, extentLength(e), false));
-        r.link.discarding(e.index, trim);
-        // The extent stays in the link's extentsHeld: a new copy placed there while this check ran would
-        // otherwise be forgotten, and survive as an orphan that a later placement could read from.
-        trim.whenComplete((v, x) -> {
-            if (x == null) {
-                r.link.credit(extentLength(e));
-            } else if (unwrap(x) instanceof NbdErrorException refused) {
-                // The server answered and kept the copy: an orphan that a later placement of this extent there
-                // would read from. Only a new session clears it (the reconnect trims every extent held there),
-                // so this one ends, as a lost connection's would.
-                r.link.fail(s, "refused to discard extent " + e.index + ": " + refused.getMessage());
-            }
-        });
-    }
-
-    // ---- loss ----
-
-    void loseExtent(Extent e, String why) {
-        lose(e, why);
-    }
-
-    /** A source replica that failed while an extent was copied from it. */
-    void replicaFailedOnCopy(Extent e, Replica r, MemServerLink.Session s, Exception ex) {
-        Throwable cause = ex instanceof java.util.concurrent.ExecutionException && ex.getCause() != null ? ex.getCause() : ex;
-        replicaFailed(e, r, s, unwrap(cause));
-    }
-
-    private void lose(Extent e, String why) {
-        if (!e.markLost()) return;
-        if (cache != null) cache.invalidate(e.start, extentLength(e));
-        log.error("pool: extent {} (bytes {} to {}) is lost: {}; its reads and writes fail with EIO", e.index, e.start,
-            e.start + extentLength(e) - 1, why);
-    }
-
-    private PoolException lostError(Extent e) {
-        return new PoolException(Nbd.EIO, "extent " + e.index + " (bytes " + e.start + " to "
-            + (e.start + extentLength(e) - 1) + ") has no replica left");
+        if (e.readableCount() == 0) states.lose(e, "its last replica failed a write");
+        return CompletableFuture.failedFuture(states.lostError(e));
     }
 
     @Override
@@ -445,15 +330,7 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
 
     @Override
     public void down(MemServerLink link, int generation, String why) {
-        int affected = 0;
-        for (int idx : new ArrayList<>(link.extentsHeld)) {
-            Extent e = extents.get(idx);
-            if (e == null || e.dropSession(link, generation).isEmpty()) continue;
-            affected++;
-            if (e.readableCount() == 0) lose(e, "its last replica was on " + link.name() + " (" + why + ")");
-            else recovery.enqueue(idx);
-        }
-        if (affected > 0) log.warn("pool: {} extents lost a replica on {}; restoring their copies", affected, link.name());
+        states.serverLost(link, generation, why);
     }
 
     // ---- status ----
