@@ -15,8 +15,9 @@ import org.slf4j.LoggerFactory;
 /**
  * The page location table (NMS: an extent's replica group per entry) and every move of an extent and of its
  * replicas, so that one page says what state a copy can be in and who puts it there. Several threads move the
- * same replica (the request that completes, the repair, the link that saw its server go): the state moves are
- * compare-and-set, so a move decided on a state that has changed meanwhile fails instead of overwriting it.
+ * same replica (the request that completes, the repair, the link that saw its server go): recovery's moves are
+ * compare-and-set, so that one decided on a state that has changed meanwhile fails instead of overwriting it,
+ * and a demote wins over any state, so that a copy that missed a write is never read.
  *
  * <table>
  * <caption>Replica moves</caption>
