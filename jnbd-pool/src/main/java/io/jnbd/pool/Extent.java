@@ -7,7 +7,7 @@ import java.util.List;
 /**
  * One extent of the virtual disk once it has been written: its replica group (the page location table's entry,
  * NMS) and the gate that orders writes to it. The replica array is replaced, never changed, so readers take it
- * without a lock.
+ * without a lock. Only {@link ReplicaStates} changes it (the group, lost, written): see its table of moves.
  */
 final class Extent {
     final int index;

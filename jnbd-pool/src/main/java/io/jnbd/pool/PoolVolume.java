@@ -1,28 +1,24 @@
 package io.jnbd.pool;
 
-import io.jnbd.client.NbdErrorException;
-import io.jnbd.client.ReadCache;
 import io.jnbd.pool.memserver.SpaceName;
-import io.jnbd.protocol.Nbd;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.security.SecureRandom;
 import java.util.ArrayList;
-import java.util.HashSet;
 import java.util.List;
-import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.ThreadLocalRandom;
-import java.util.concurrent.atomic.AtomicReferenceArray;
-import java.util.function.Supplier;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
- * A virtual disk spread over memory servers in replicated extents (NMS). The client owns the placement: the
- * page location table ({@link #extents}, an extent's replica group per entry) lives here, so no other party
- * needs to agree on anything; a server's liveness is its connection plus a per-request timeout.
+ * A virtual disk spread over memory servers in replicated extents (NMS), as the rest of jnbd opens and uses it.
+ * The client owns the placement, so no other party needs to agree on anything; a server's liveness is its
+ * connection plus a per-request timeout. The parts, each one concern:
+ * <ul>
+ * <li>{@link PoolIdentity}: who this client is on the servers, settled while the volume opens;
+ * <li>{@link MemServerLink}: one per server, its connection and sessions;
+ * <li>{@link ReplicaStates}: the page location table and every move of an extent and its replicas;
+ * <li>{@link ReplicatedIo}: the requests, from a range to the servers' replies;
+ * <li>{@link Placement} and {@link Recovery}: where a copy goes, and the copies restored in the background.
+ * </ul>
  *
  * <p>A write goes to every live replica of its extent and completes when all of them have it; a replica whose
  * server refused it is marked stale and never read again until resynced. A read goes to one replica, the least
@@ -31,49 +27,35 @@ import org.slf4j.LoggerFactory;
  * EIO for its reads and writes, never zeroes or old data. See docs/decisions/0005-memory-pool.md.
  */
 public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
-    private static final Logger log = LoggerFactory.getLogger(PoolVolume.class);
-    private static final int READ_ATTEMPTS = 8;
-    /** The memory servers' page size (the GPI's page index counts these). */
-    private static final int CACHE_PAGE = 4096;
-
     private final PoolConfig config;
-    private final long instance;
-    private volatile int client;
+    private final PoolIdentity identity;
     private final List<MemServerLink> links = new ArrayList<>();
-    private final AtomicReferenceArray<Extent> extents;
-    private final Object[] placing = new Object[64];
     private final Placement placement;
     private final Recovery recovery;
-    /** The client's page cache and prefetch (cache=, readahead=); null without one, the default. */
-    private final ReadCache cache;
+    private final ReplicaStates states;
+    private final ReplicatedIo io;
 
     private PoolVolume(PoolConfig config) {
         this.config = config;
-        long drawn;
-        do drawn = new SecureRandom().nextLong(); while (drawn == 0);
-        this.instance = drawn;
-        this.client = config.client() != 0 ? config.client() : 1 + ThreadLocalRandom.current().nextInt(0xFFFF);
-        this.extents = new AtomicReferenceArray<>(config.extentCount());
-        for (int i = 0; i < placing.length; i++) placing[i] = new Object();
+        this.identity = new PoolIdentity(config);
         for (String s : config.servers()) {
-            links.add(new MemServerLink(s, this::space, config.serverTimeout(), config.extentSize(), this, config.tls()));
+            links.add(new MemServerLink(s, identity, config.serverTimeout(), config.extentSize(), this, config.tls()));
         }
         this.placement = new Placement(links, config.candidates(), config.extentSize());
         this.recovery = new Recovery(this, config.recoveryRate());
-        this.cache = config.cacheSize() > 0
-            ? new ReadCache(this::readThrough, config.size(), config.cacheSize(), config.readahead(), CACHE_PAGE) : null;
+        this.states = new ReplicaStates(config, placement, recovery);
+        this.io = new ReplicatedIo(config, states);
     }
 
     /**
      * Connects to the memory servers and returns the volume. At least one must answer; the others are connected
-     * in the background as they come up. A client id drawn at random that another pool client already uses on a
-     * server is drawn again.
+     * in the background as they come up.
      */
     public static PoolVolume open(PoolConfig config) throws IOException {
         PoolVolume v = new PoolVolume(config);
         v.status().toJson(); // loads the JSON library now rather than in the first status poll
         try {
-            v.connectFirst();
+            v.identity.connectFirst(v.links);
         } catch (IOException | RuntimeException e) {
             v.close();
             throw e;
@@ -83,46 +65,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         return v;
     }
 
-    private void connectFirst() throws IOException {
-        for (int attempt = 0; ; attempt++) {
-            List<CompletableFuture<String>> tries = new ArrayList<>();
-            for (MemServerLink l : links) {
-                tries.add(CompletableFuture.supplyAsync(() -> {
-                    try {
-                        l.connectOnce();
-                        return null;
-                    } catch (IOException | RuntimeException e) {
-                        return l.name() + ": " + e.getMessage();
-                    }
-                }, r -> Thread.ofVirtual().start(r)));
-            }
-            List<String> errors = new ArrayList<>();
-            for (var t : tries) {
-                String e = t.join();
-                if (e != null) errors.add(e);
-            }
-            boolean taken = errors.stream().anyMatch(e -> e.contains("is in use by another pool client"));
-            if (taken && config.client() == 0 && attempt < 8) {
-                // Another pool client holds this id somewhere: start over with another, before anything is placed.
-                for (MemServerLink l : links) {
-                    MemServerLink.Session s = l.session();
-                    if (s != null) l.fail(s, "client id " + client + " is taken elsewhere");
-                }
-                client = 1 + ThreadLocalRandom.current().nextInt(0xFFFF);
-                continue;
-            }
-            if (errors.size() == links.size()) throw new IOException("no memory server answered: " + String.join("; ", errors));
-            if (taken) throw new IOException("client id " + client + " is in use: " + String.join("; ", errors));
-            for (String e : errors) log.warn("pool: memory server {} (will keep trying)", e);
-            log.info("pool: {} of {} memory servers up; client {}, unit {}, {} extents of {} KiB, {} replicas",
-                links.size() - errors.size(), links.size(), client, config.unit(), config.extentCount(),
-                config.extentSize() >> 10, config.replicas());
-            return;
-        }
-    }
-
     SpaceName space() {
-        return new SpaceName(client, config.unit(), instance);
+        return identity.space();
     }
 
     public long size() {
@@ -138,11 +82,15 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     }
 
     Extent extent(int index) {
-        return extents.get(index);
+        return states.extent(index);
     }
 
     int extentCount() {
-        return extents.length();
+        return states.extentCount();
+    }
+
+    ReplicaStates states() {
+        return states;
     }
 
     Placement placement() {
@@ -153,335 +101,29 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
         return recovery;
     }
 
-    // ---- requests ----
+    ReplicatedIo io() {
+        return io;
+    }
 
-    /** Fills {@code dst} from its position to its limit; the position stays where it was. */
+    // ---- requests: ReplicatedIo serves them, and says what each does ----
+
     public CompletableFuture<Void> read(long offset, ByteBuffer dst) {
-        check(offset, dst.remaining());
-        if (cache == null || !dst.hasRemaining()) return readThrough(offset, dst);
-        return cache.read(offset, dst);
+        return io.read(offset, dst);
     }
 
-    private CompletableFuture<Void> readThrough(long offset, ByteBuffer dst) {
-        List<CompletableFuture<Void>> parts = new ArrayList<>();
-        forEachExtent(offset, dst, (idx, pos, part) -> parts.add(readExtent(idx, pos, part)));
-        return all(parts);
-    }
-
-    /** Completes when every live replica of every extent the range touches has the data. */
     public CompletableFuture<Void> write(long offset, ByteBuffer src) {
-        List<CompletableFuture<Void>> parts = new ArrayList<>();
-        int length = src.remaining();
-        if (cache != null) cache.invalidate(offset, length);
-        forEachExtent(offset, src, (idx, pos, part) -> parts.add(writeExtent(idx, pos, part)));
-        return afterChange(all(parts), offset, length);
+        return io.write(offset, src);
     }
 
-    /** The cache forgets a changed range again once the change is done: a fetch that overlapped it is not kept. */
-    private CompletableFuture<Void> afterChange(CompletableFuture<Void> change, long offset, long length) {
-        return cache == null ? change : change.whenComplete((v, e) -> cache.invalidate(offset, length));
-    }
-
-    /** Discards a range; the memory servers free the pages. An extent trimmed whole is retired, and reads as zeroes. */
     public CompletableFuture<Void> trim(long offset, long length) {
-        check(offset, length);
-        if (cache != null) cache.invalidate(offset, length);
-        List<CompletableFuture<Void>> parts = new ArrayList<>();
-        long end = offset + length;
-        for (long pos = offset; pos < end; ) {
-            int idx = (int) (pos / config.extentSize());
-            long extentEnd = Math.min(end, (long) (idx + 1) * config.extentSize());
-            parts.add(trimExtent(idx, pos, extentEnd - pos));
-            pos = extentEnd;
-        }
-        return afterChange(all(parts), offset, length);
+        return io.trim(offset, length);
     }
 
-    /** Every acknowledged write already is on every live replica: there is nothing more to make durable. */
     public CompletableFuture<Void> flush() {
-        return CompletableFuture.completedFuture(null);
+        return io.flush();
     }
 
-    private interface PartVisitor {
-        void visit(int index, long position, ByteBuffer part);
-    }
-
-    private void forEachExtent(long offset, ByteBuffer buf, PartVisitor visitor) {
-        int length = buf.remaining();
-        check(offset, length);
-        for (int done = 0; done < length; ) {
-            long pos = offset + done;
-            int idx = (int) (pos / config.extentSize());
-            int n = (int) Math.min(length - done, (long) (idx + 1) * config.extentSize() - pos);
-            visitor.visit(idx, pos, buf.slice(buf.position() + done, n));
-            done += n;
-        }
-    }
-
-    private void check(long offset, long length) {
-        if (offset < 0 || length < 0 || offset > config.size() || length > config.size() - offset) {
-            throw new IllegalArgumentException(length + " bytes at " + offset + " lie outside the volume (" + config.size() + " bytes)");
-        }
-    }
-
-    private CompletableFuture<Void> readExtent(int idx, long pos, ByteBuffer dst) {
-        Extent e = extents.get(idx);
-        if (e == null) {
-            java.lang.foreign.MemorySegment.ofBuffer(dst).fill((byte) 0); // never written
-            return CompletableFuture.completedFuture(null);
-        }
-        return readFrom(e, pos, dst, 0);
-    }
-
-    private CompletableFuture<Void> readFrom(Extent e, long pos, ByteBuffer dst, int attempt) {
-        if (e.lost()) return CompletableFuture.failedFuture(lostError(e));
-        Replica best = null;
-        MemServerLink.Session session = null;
-        for (Replica r : e.replicas()) {
-            MemServerLink.Session s = r.link.session();
-            if (r.state() != Replica.State.IN_SYNC || s == null || s.generation() != r.generation) continue;
-            if (best == null || r.link.inFlight() < best.link.inFlight()) {
-                best = r;
-                session = s;
-            }
-        }
-        if (best == null) {
-            if (e.readableCount() == 0) lose(e, "no replica is left to read");
-            return CompletableFuture.failedFuture(lostError(e));
-        }
-        if (attempt >= READ_ATTEMPTS) {
-            return CompletableFuture.failedFuture(new PoolException(Nbd.EIO, "read of " + e + " failed " + attempt + " times"));
-        }
-        Replica r = best;
-        MemServerLink.Session s = session;
-        return r.link.call(() -> s.data().read(pos, dst.duplicate())).handle((v, err) -> {
-            if (err == null) return CompletableFuture.<Void>completedFuture(null);
-            replicaFailed(e, r, s, unwrap(err));
-            return readFrom(e, pos, dst, attempt + 1);
-        }).thenCompose(f -> f);
-    }
-
-    private CompletableFuture<Void> writeExtent(int idx, long pos, ByteBuffer src) {
-        Extent e;
-        try {
-            e = extentForWrite(idx);
-        } catch (PoolException ex) {
-            return CompletableFuture.failedFuture(ex);
-        }
-        long from = pos - e.start;
-        return e.gate.acquire(from, from + src.remaining()).thenCompose(t -> {
-            if (extents.get(idx) != e) {
-                // Trimmed whole or abandoned while this waited: the write goes to the extent placed anew.
-                e.gate.release(t);
-                return writeExtent(idx, pos, src);
-            }
-            return fanOut(e, pos, src, src.remaining()).whenComplete((v, x) -> e.gate.release(t));
-        }).exceptionallyCompose(x -> {
-            Throwable cause = unwrap(x);
-            if (!(cause instanceof PoolException pe && pe.error() == Nbd.ENOSPC)) return CompletableFuture.failedFuture(cause);
-            return abandonIfUnwritten(e).thenCompose(v -> CompletableFuture.failedFuture(cause));
-        });
-    }
-
-    private CompletableFuture<Void> trimExtent(int idx, long pos, long length) {
-        Extent e = extents.get(idx);
-        if (e == null) return CompletableFuture.completedFuture(null);
-        long from = pos - e.start;
-        boolean whole = from == 0 && length == extentLength(e);
-        return e.gate.acquire(from, from + length).thenCompose(t -> {
-            if (extents.get(idx) != e) {
-                e.gate.release(t);
-                return trimExtent(idx, pos, length);
-            }
-            return fanOut(e, pos, null, length).thenRun(() -> {
-                if (whole) retire(e);
-            }).whenComplete((v, x) -> e.gate.release(t));
-        });
-    }
-
-    long extentLength(Extent e) {
-        return Math.min(config.extentSize(), config.size() - e.start);
-    }
-
-    /**
-     * Sends a write ({@code data} non-null) or a trim to every replica that takes writes, and judges the replies:
-     * done when every in-sync replica either acknowledged or was dropped (its server lost) or demoted (stale).
-     */
-    private CompletableFuture<Void> fanOut(Extent e, long pos, ByteBuffer data, long length) {
-        if (e.lost()) return CompletableFuture.failedFuture(lostError(e));
-        List<Replica> targets = new ArrayList<>();
-        List<MemServerLink.Session> sessions = new ArrayList<>();
-        for (Replica r : e.replicas()) {
-            MemServerLink.Session s = r.link.session();
-            if (r.state() == Replica.State.STALE || s == null || s.generation() != r.generation) continue;
-            targets.add(r);
-            sessions.add(s);
-        }
-        if (targets.stream().noneMatch(r -> r.state() == Replica.State.IN_SYNC)) {
-            lose(e, "no replica is left to write");
-            return CompletableFuture.failedFuture(lostError(e));
-        }
-        List<CompletableFuture<Void>> sent = new ArrayList<>();
-        for (int i = 0; i < targets.size(); i++) {
-            MemServerLink.Session s = sessions.get(i);
-            MemServerLink link = targets.get(i).link;
-            Supplier<CompletableFuture<Void>> send =
-                () -> data != null ? s.data().write(pos, data.duplicate(), false) : s.data().trim(pos, length, false);
-            // An earlier copy of this extent there may still be being discarded: after that, never before.
-            CompletableFuture<Void> discarded = link.discarded(e.index);
-            sent.add(discarded.isDone() ? link.call(send) : discarded.thenCompose(v -> link.call(send)));
-        }
-        return CompletableFuture.allOf(sent.stream().map(f -> f.exceptionally(x -> null)).toArray(CompletableFuture[]::new))
-            .thenCompose(v -> judge(e, targets, sessions, sent, data != null));
-    }
-
-    private CompletableFuture<Void> judge(Extent e, List<Replica> targets, List<MemServerLink.Session> sessions,
-                                          List<CompletableFuture<Void>> sent, boolean write) {
-        int acked = 0, full = 0, failed = 0;
-        List<Replica> refused = new ArrayList<>();
-        for (int i = 0; i < targets.size(); i++) {
-            Replica r = targets.get(i);
-            Throwable err = sent.get(i).isCompletedExceptionally() ? unwrap(sent.get(i).exceptionNow()) : null;
-            boolean inSync = r.state() == Replica.State.IN_SYNC;
-            if (err == null) {
-                if (inSync) acked++;
-                continue;
-            }
-            if (err instanceof NbdErrorException ne) {
-                refused.add(r);
-                if (ne.error() == Nbd.ENOSPC) {
-                    r.link.markFull();
-                    if (inSync) full++;
-                }
-            } else {
-                r.link.fail(sessions.get(i), MemServerLink.rootMessage(err)); // drops its replicas, this one too
-            }
-            if (inSync) failed++;
-        }
-        if (acked > 0) {
-            // Those that refused now differ from the ones that took it: never read them until they are copied anew.
-            for (Replica r : refused) demote(e, r);
-            e.written = true;
-            return CompletableFuture.completedFuture(null);
-        }
-        if (write && full > 0 && full == failed) {
-            // The store allocates all or nothing, so each refusing replica is as it was: they still agree.
-            return CompletableFuture.failedFuture(new PoolException(Nbd.ENOSPC, "no room for " + e + " on its memory servers"));
-        }
-        if (e.readableCount() == 0) lose(e, "its last replica failed a write");
-        return CompletableFuture.failedFuture(lostError(e));
-    }
-
-    /** A replica that failed a request: its server lost, or (an error from the server) this replica stale. */
-    private void replicaFailed(Extent e, Replica r, MemServerLink.Session s, Throwable err) {
-        if (err instanceof NbdErrorException) demote(e, r);
-        else r.link.fail(s, MemServerLink.rootMessage(err));
-    }
-
-    /** See {@link Replica} for who else moves a replica's state, and why this move may not be lost. */
-    private void demote(Extent e, Replica r) {
-        if (r.demote()) {
-            log.warn("pool: {} on {} is stale (a request to it failed); it will be copied anew", e, r.link.name());
-        }
-        recovery.enqueue(e.index);
-    }
-
-    // ---- placement ----
-
-    private Extent extentForWrite(int idx) throws PoolException {
-        Extent e = extents.get(idx);
-        if (e != null) return e;
-        synchronized (placing[idx % placing.length]) {
-            e = extents.get(idx);
-            if (e != null) return e;
-            List<Replica> group = new ArrayList<>();
-            Set<MemServerLink> chosen = new HashSet<>();
-            for (int i = 0; i < config.replicas(); i++) {
-                MemServerLink l = placement.pick(chosen);
-                if (l == null) break;
-                MemServerLink.Session s = l.session();
-                if (s == null) continue;
-                chosen.add(l);
-                group.add(new Replica(l, s.generation(), Replica.State.IN_SYNC));
-            }
-            if (group.isEmpty()) throw new PoolException(Nbd.EIO, "no memory server is up");
-            e = new Extent(idx, (long) idx * config.extentSize(), group);
-            for (Replica r : group) r.link.extentsHeld.add(idx);
-            extents.set(idx, e);
-            if (group.size() < config.replicas()) recovery.enqueue(idx); // fewer servers up than copies wanted
-            return e;
-        }
-    }
-
-    /**
-     * A new extent that no write has reached (its first ones found no room): it leaves nothing behind and is not
-     * placed, so that the next write may find room elsewhere. Waits for the whole range, so no write to it is in
-     * flight.
-     */
-    private CompletableFuture<Void> abandonIfUnwritten(Extent e) {
-        if (e.written || extents.get(e.index) != e) return CompletableFuture.completedFuture(null);
-        return e.gate.acquire(0, extentLength(e)).thenAccept(t -> {
-            try {
-                if (!e.written) retire(e);
-            } finally {
-                e.gate.release(t);
-            }
-        });
-    }
-
-    /**
-     * Takes an extent out of the table; the caller holds its whole range. Its copies' discards are recorded with
-     * their servers before the slot is freed, so that the writes of the next placement there wait for them.
-     */
-    private void retire(Extent e) {
-        if (extents.get(e.index) != e) return;
-        for (Replica r : e.replicas()) discardCopy(e, r);
-        extents.compareAndSet(e.index, e, null);
-    }
-
-    /** Trims a copy that is no longer (or never was) a replica, so it does not hold its server's memory. */
-    void discardCopy(Extent e, Replica r) {
-        MemServerLink.Session s = r.link.session();
-        if (s == null || s.generation() != r.generation) return; // gone with its session, or trimmed on reconnect
-        CompletableFuture<Void> trim = r.link.call(() -> s.data().trim(e.start, extentLength(e), false));
-        r.link.discarding(e.index, trim);
-        // The extent stays in the link's extentsHeld: a new copy placed there while this check ran would
-        // otherwise be forgotten, and survive as an orphan that a later placement could read from.
-        trim.whenComplete((v, x) -> {
-            if (x == null) {
-                r.link.credit(extentLength(e));
-            } else if (unwrap(x) instanceof NbdErrorException refused) {
-                // The server answered and kept the copy: an orphan that a later placement of this extent there
-                // would read from. Only a new session clears it (the reconnect trims every extent held there),
-                // so this one ends, as a lost connection's would.
-                r.link.fail(s, "refused to discard extent " + e.index + ": " + refused.getMessage());
-            }
-        });
-    }
-
-    // ---- loss ----
-
-    void loseExtent(Extent e, String why) {
-        lose(e, why);
-    }
-
-    /** A source replica that failed while an extent was copied from it. */
-    void replicaFailedOnCopy(Extent e, Replica r, MemServerLink.Session s, Exception ex) {
-        Throwable cause = ex instanceof java.util.concurrent.ExecutionException && ex.getCause() != null ? ex.getCause() : ex;
-        replicaFailed(e, r, s, unwrap(cause));
-    }
-
-    private void lose(Extent e, String why) {
-        if (!e.markLost()) return;
-        if (cache != null) cache.invalidate(e.start, extentLength(e));
-        log.error("pool: extent {} (bytes {} to {}) is lost: {}; its reads and writes fail with EIO", e.index, e.start,
-            e.start + extentLength(e) - 1, why);
-    }
-
-    private PoolException lostError(Extent e) {
-        return new PoolException(Nbd.EIO, "extent " + e.index + " (bytes " + e.start + " to "
-            + (e.start + extentLength(e) - 1) + ") has no replica left");
-    }
+    // ---- servers up and down, status ----
 
     @Override
     public void up(MemServerLink link) {
@@ -490,18 +132,8 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
 
     @Override
     public void down(MemServerLink link, int generation, String why) {
-        int affected = 0;
-        for (int idx : new ArrayList<>(link.extentsHeld)) {
-            Extent e = extents.get(idx);
-            if (e == null || e.dropSession(link, generation).isEmpty()) continue;
-            affected++;
-            if (e.readableCount() == 0) lose(e, "its last replica was on " + link.name() + " (" + why + ")");
-            else recovery.enqueue(idx);
-        }
-        if (affected > 0) log.warn("pool: {} extents lost a replica on {}; restoring their copies", affected, link.name());
+        states.serverLost(link, generation, why);
     }
-
-    // ---- status ----
 
     public PoolStatus status() {
         return PoolStatus.of(this, recovery);
@@ -516,10 +148,5 @@ public final class PoolVolume implements AutoCloseable, MemServerLink.Listener {
     static Throwable unwrap(Throwable e) {
         while (e instanceof CompletionException && e.getCause() != null) e = e.getCause();
         return e;
-    }
-
-    private static CompletableFuture<Void> all(List<CompletableFuture<Void>> parts) {
-        if (parts.size() == 1) return parts.getFirst();
-        return CompletableFuture.allOf(parts.toArray(CompletableFuture[]::new));
     }
 }

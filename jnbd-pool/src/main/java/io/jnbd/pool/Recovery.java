@@ -1,7 +1,6 @@
 package io.jnbd.pool;
 
 import io.jnbd.client.Extent;
-import io.jnbd.client.NbdErrorException;
 import io.jnbd.protocol.Nbd;
 import java.nio.ByteBuffer;
 import java.util.HashSet;
@@ -24,7 +23,7 @@ import org.slf4j.LoggerFactory;
  * write to that chunk lands between the read from the source and the write to the new copy. The rate limit is
  * waited out with no chunk held, so that a write to the chunk next in line never waits for it. A stale replica
  * whose server is still up is resynced the same way in place. A copy goes in sync only if no write demoted it
- * meanwhile (see {@link Replica}).
+ * meanwhile (see {@link ReplicaStates}).
  */
 final class Recovery implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Recovery.class);
@@ -124,27 +123,23 @@ final class Recovery implements AutoCloseable {
     }
 
     private void repair(int idx) {
+        ReplicaStates states = volume.states();
         int wanted = volume.config().replicas();
         for (int round = 0; round < 2 * wanted + 2 && !closed; round++) {
             io.jnbd.pool.Extent e = volume.extent(idx);
             if (e == null || e.lost()) return;
             int readable = e.readableCount();
             if (readable == 0) {
-                volume.loseExtent(e, "no readable replica is left to copy from");
+                states.lose(e, "no readable replica is left to copy from");
                 return;
             }
+            states.dropDead(e);
             Replica stale = null;
-            for (Replica r : e.replicas()) {
-                if (r.state() == Replica.State.STALE && r.live()) stale = r;
-                else if (r.state() != Replica.State.IN_SYNC && !r.live()) e.remove(r);
-            }
+            for (Replica r : e.replicas()) if (r.state() == Replica.State.STALE && r.live()) stale = r;
             if (readable >= wanted) {
                 // Enough copies: a stale one left over is freed rather than kept.
                 for (Replica r : e.replicas()) {
-                    if (r.state() == Replica.State.STALE) {
-                        e.remove(r);
-                        volume.discardCopy(e, r);
-                    }
+                    if (r.state() == Replica.State.STALE) states.discard(e, r);
                 }
                 return;
             }
@@ -159,13 +154,12 @@ final class Recovery implements AutoCloseable {
                     waiting.add(idx);
                     return;
                 }
-                target = new Replica(link, s.generation(), Replica.State.STALE);
+                target = states.newCopy(link, s);
             }
             if (copy(e, target, fresh)) {
                 extentsRestored.incrementAndGet();
             } else {
-                e.remove(target);
-                volume.discardCopy(e, target);
+                states.discard(e, target);
             }
         }
         if (!closed) waiting.add(idx); // kept failing: try again later rather than spin
@@ -173,7 +167,8 @@ final class Recovery implements AutoCloseable {
 
     /** Makes {@code target} a full copy of {@code e}; true when it is in sync. */
     private boolean copy(io.jnbd.pool.Extent e, Replica target, boolean fresh) {
-        long len = volume.extentLength(e);
+        ReplicaStates states = volume.states();
+        long len = states.extentLength(e);
         long timeout = volume.config().serverTimeout().toMillis() * 2;
         MemServerLink.Session ts = target.link.session();
         if (ts == null || ts.generation() != target.generation) return false;
@@ -187,14 +182,11 @@ final class Recovery implements AutoCloseable {
             // Cleared before it receives writes: a stale copy, or whatever an older replica there left.
             await(target.link.call(() -> ts.data().trim(e.start, len, false)), timeout);
         } catch (Exception ex) {
-            targetFailed(target, ts, ex);
+            states.failedAsTarget(target, ts, ex);
             return false;
         }
-        if (fresh) {
-            e.add(target);
-            target.link.extentsHeld.add(e.index);
-        }
-        if (!target.transition(Replica.State.STALE, Replica.State.SYNCING)) return false;
+        if (fresh) states.join(e, target);
+        if (!states.startSync(target)) return false;
         ByteBuffer buf = ByteBuffer.allocateDirect(CHUNK);
         boolean paid = false;
         for (long off = 0; off < len; ) {
@@ -219,7 +211,7 @@ final class Recovery implements AutoCloseable {
         Runnable hook = beforeInSync;
         if (hook != null) hook.run();
         // A write it refused after the last chunk's check demoted it: the move fails, the copy is dropped unread.
-        if (!target.transition(Replica.State.SYNCING, Replica.State.IN_SYNC)) return false;
+        if (!states.finishSync(target)) return false;
         log.debug("pool: {} has a new copy on {}", e, target.link.name());
         return true;
     }
@@ -249,13 +241,13 @@ final class Recovery implements AutoCloseable {
                 buf.clear().limit(n);
                 await(src.link.call(() -> ss.data().read(at, buf.duplicate())), timeout);
             } catch (Exception ex) {
-                volume.replicaFailedOnCopy(e, src, ss, ex);
+                volume.states().failedAsSource(e, src, ss, ex);
                 return FAILED;
             }
             try {
                 await(target.link.call(() -> ts.data().write(at, buf.duplicate(), false)), timeout);
             } catch (Exception ex) {
-                targetFailed(target, ts, ex);
+                volume.states().failedAsTarget(target, ts, ex);
                 return FAILED;
             }
             bytesCopied.addAndGet(n);
@@ -276,15 +268,6 @@ final class Recovery implements AutoCloseable {
     private static boolean hasData(List<Extent> map) {
         for (Extent x : map) if ((x.flags() & Nbd.STATE_HOLE) == 0) return true;
         return map.isEmpty();
-    }
-
-    private void targetFailed(Replica target, MemServerLink.Session ts, Exception ex) {
-        Throwable cause = PoolVolume.unwrap(ex instanceof java.util.concurrent.ExecutionException ? ex.getCause() : ex);
-        if (cause instanceof NbdErrorException ne) {
-            if (ne.error() == Nbd.ENOSPC) target.link.markFull();
-        } else {
-            target.link.fail(ts, "while copying an extent to it: " + MemServerLink.rootMessage(cause));
-        }
     }
 
     private static <T> T await(CompletableFuture<T> f, long timeoutMillis) throws Exception {
