@@ -3,6 +3,7 @@ package io.jnbd.proxy;
 import io.jnbd.client.ExportInfo;
 import io.jnbd.client.NbdClient;
 import io.jnbd.client.NbdConnectionException;
+import io.jnbd.client.SendBatch;
 import io.jnbd.client.NbdProtocolException;
 import io.jnbd.client.NbdTimeoutException;
 import io.jnbd.protocol.Nbd;
@@ -81,6 +82,20 @@ final class NbdBackend implements Backend {
     @Override public Set<Capability> capabilities() { return capabilities; }
     @Override public BlockSizes blockSizes() { return blockSizes; }
     @Override public Set<Trait> traits() { return Set.of(Trait.REMOTE, Trait.ASYNC); }
+
+    /**
+     * The requests the server starts together go upstream together, one write for the batch: one each cost a
+     * system call and woke the upstream server for each.
+     */
+    @Override
+    public void beginBatch() {
+        SendBatch.begin();
+    }
+
+    @Override
+    public void endBatch() {
+        SendBatch.end();
+    }
 
     @Override
     public CompletableFuture<Void> readAsync(long offset, ByteBuffer dst) {
@@ -208,6 +223,7 @@ final class NbdBackend implements Backend {
     }
 
     private static <T> T await(CompletableFuture<T> f) throws IOException {
+        SendBatch.sendHeld(); // what this waits for may be held in the server's batch
         try {
             return f.join();
         } catch (CompletionException e) {
