@@ -168,12 +168,17 @@ final class Sender {
      */
     void uncork() {
         if (corked.isEmpty()) return;
+        // Taken out with poll, never peeked at first: the reader and a thread ending its SendBatch may both be
+        // here, and a request one peeked at could be taken by the other, leaving it to poll (and lose) the next.
+        Pending spilled = null;
         if (queue.isEmpty() && mayWriteOn(Thread.currentThread()) && tryLock()) {
             try {
                 long bytes = unanswered.get();
-                for (Pending p; queue.isEmpty() && (p = corked.peek()) != null; ) {
-                    if (!smallEnoughInline(p) || bytes + p.wireBytes() > inlineBudget || !window.tryAcquire()) break;
-                    corked.poll();
+                for (Pending p; queue.isEmpty() && (p = corked.poll()) != null; ) {
+                    if (!smallEnoughInline(p) || bytes + p.wireBytes() > inlineBudget || !window.tryAcquire()) {
+                        spilled = p;
+                        break;
+                    }
                     batch.add(p);
                     bytes += p.wireBytes();
                 }
@@ -183,6 +188,11 @@ final class Sender {
             }
         }
         boolean queuedAny = false;
+        if (spilled != null) {
+            queue.add(spilled);
+            queued.incrementAndGet();
+            queuedAny = true;
+        }
         for (Pending p; (p = corked.poll()) != null; ) {
             queue.add(p);
             queued.incrementAndGet();

@@ -31,6 +31,8 @@ final class Dispatcher implements DataPath.ReplySink {
     private final Window window;
     private final ReplyWriter writer;
     private final Thread reader;
+    /** Between the backend's beginBatch and endBatch on the reader thread; only the reader reads or writes it. */
+    private boolean batchOpen;
     private final java.util.function.Consumer<String> drop;
     private DataPath path;
     private Placement placement;
@@ -163,11 +165,13 @@ final class Dispatcher implements DataPath.ReplySink {
         }
         Backend backend = path.backend();
         backend.beginBatch();
+        batchOpen = true;
         boolean ranIfFree;
         try {
             here.forEach(Runnable::run);
             ranIfFree = Placement.runIfFree(hereIfFree);
         } finally {
+            batchOpen = false;
             backend.endBatch();
         }
         if (!ranIfFree) workers.addAll(0, hereIfFree);
@@ -340,7 +344,7 @@ final class Dispatcher implements DataPath.ReplySink {
             lease = path.buffers().tryAcquire((int) op.length(), 0);
             if (lease == null) {
                 flush(); // replies collected here hold buffers too
-                lease = path.buffers().acquire((int) op.length());
+                lease = acquireOutsideBatch((int) op.length());
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
@@ -361,13 +365,28 @@ final class Dispatcher implements DataPath.ReplySink {
         });
     }
 
+    /**
+     * Waits for a buffer. Inside the backend's batch (see Backend#beginBatch), the requests a forwarding backend
+     * holds there hold buffers too, and would never free them: the batch is ended for the wait and begun again.
+     */
+    private BufferPool.Lease acquireOutsideBatch(int length) throws InterruptedException {
+        if (!batchOpen || Thread.currentThread() != reader) return path.buffers().acquire(length);
+        Backend backend = path.backend();
+        backend.endBatch();
+        try {
+            return path.buffers().acquire(length);
+        } finally {
+            backend.beginBatch();
+        }
+    }
+
     /** One backend read for the whole operation; each member's reply carries its own slice of the buffer. */
     private void readAndReply(BatchScheduler.Op op, List<InFlight> members) throws IOException, InterruptedException {
         BufferPool.Lease lease = path.buffers().tryAcquire((int) op.length(), 0);
         if (lease == null) {
             // Replies this reader has collected hold buffers too: send them before waiting for more.
             if (Thread.currentThread() == reader) flush();
-            lease = path.buffers().acquire((int) op.length());
+            lease = acquireOutsideBatch((int) op.length());
         }
         try {
             path.backend().read(op.offset(), lease.buffer());
