@@ -34,7 +34,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * the server reports an error (its message names the error, e.g. EIO, and the request),
  * {@link NbdConnectionException} when the connection is lost, {@link NbdProtocolException} when the server
  * breaks the protocol (the connection is then closed) and {@link NbdTimeoutException} when a request outlives
- * {@link ClientOptions#requestTimeout()}.
+ * {@link ClientOptions#requestTimeout()}. With {@link ClientOptions#withReconnect} a lost connection is connected
+ * again instead and its unanswered requests sent again: they fail only if the server stays away longer than the
+ * delay or comes back with another export (docs/client.md, "Reconnect").
  *
  * <pre>{@code
  * try (NbdClient disk = NbdClient.connect(URI.create("nbd://localhost/disk"))) {

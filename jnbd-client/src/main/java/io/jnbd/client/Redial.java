@@ -242,19 +242,24 @@ final class Redial implements Lane {
     private boolean refill(Generation g) throws NbdException {
         while (true) {
             List<Retry> batch = new ArrayList<>();
+            boolean closing;
             synchronized (lock) {
-                if (closed) {
-                    g.close();
-                    g.connection.close(0);
-                    throw closedException();
-                }
-                if (g.dead) return false;
-                if (parked.isEmpty()) {
+                closing = closed;
+                if (!closing && g.dead) return false;
+                if (!closing && parked.isEmpty()) {
                     live = g;
                     dialer = null;
                     return true;
                 }
-                for (Retry r; (r = parked.poll()) != null; ) batch.add(r);
+                if (!closing) {
+                    for (Retry r; (r = parked.poll()) != null; ) batch.add(r);
+                }
+            }
+            if (closing) {
+                // Outside the lock: closing completes futures, whose callbacks must not run holding it.
+                g.close();
+                g.connection.close(0);
+                throw closedException();
             }
             for (int i = 0; i < batch.size(); i++) {
                 if (!g.enter()) {
