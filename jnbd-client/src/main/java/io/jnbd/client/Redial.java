@@ -390,9 +390,12 @@ final class Redial implements Lane {
 
     // ---- the rest of a lane ----
 
+    /** Whether requests have somewhere to go: a connection, or one on its way back (not one a protocol violation ended). */
     @Override
     public boolean alive() {
-        return failure == null;
+        if (failure != null) return false;
+        Generation g = live;
+        return g == null || g.connection.alive() || lostWith(g.connection.failure());
     }
 
     @Override

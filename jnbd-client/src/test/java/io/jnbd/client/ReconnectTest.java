@@ -100,11 +100,11 @@ class ReconnectTest {
             Thread restarts = Thread.ofPlatform().name("restarts").start(() -> {
                 try {
                     for (int i = 1; i <= 3; i++) {
-                        while (acked.get() < i * blocks / 5 && failures.isEmpty()) Thread.onSpinWait();
+                        while (acked.get() < i * blocks / 5 && failures.isEmpty()) Thread.sleep(1);
                         crash();
                         serve("file:" + image + ",size=16M");
                     }
-                } catch (IOException e) {
+                } catch (IOException | InterruptedException e) {
                     failures.add(e);
                 }
             });
@@ -266,6 +266,21 @@ class ReconnectTest {
             ByteBuffer got = ByteBuffer.allocate(BLOCK);
             c.read(0, got).join();
             assertThat(got.flip()).isEqualTo(ByteBuffer.wrap(disk, 0, BLOCK));
+        }
+    }
+
+    @Test
+    void aProtocolViolationEndsTheConnectionForGood() throws Exception {
+        byte[] disk = FakeNbdServer.content(1 << 20);
+        try (FakeNbdServer fake = new FakeNbdServer(disk, FakeNbdServer.Mode.BAD_MAGIC);
+             NbdClient c = NbdClient.connect(fake.uri(), reconnecting(Duration.ofSeconds(30)))) {
+            assertThatThrownBy(() -> c.read(0, ByteBuffer.allocate(BLOCK)).join())
+                .cause().isInstanceOf(NbdProtocolException.class);
+            fake.mode(FakeNbdServer.Mode.REVERSE);
+            assertThat(c.connected()).isFalse();
+            assertThatThrownBy(() -> c.read(0, ByteBuffer.allocate(BLOCK)).join())
+                .cause().isInstanceOf(NbdProtocolException.class);
+            assertThat(fake.reads.get()).isEqualTo(1);
         }
     }
 
