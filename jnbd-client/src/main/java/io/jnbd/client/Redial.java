@@ -46,9 +46,6 @@ final class Redial implements Lane {
     private static final long MAX_PAUSE_NANOS = TimeUnit.SECONDS.toNanos(1);
     /** Load reported while there is no connection, so that a client with others sends there meanwhile. */
     private static final int BUSY = Integer.MAX_VALUE / 4;
-    /** Transmission flags whose loss would change what requests mean or whether they may be sent. */
-    private static final int CAPABILITIES = Nbd.FLAG_SEND_FLUSH | Nbd.FLAG_SEND_FUA | Nbd.FLAG_SEND_TRIM
-        | Nbd.FLAG_SEND_WRITE_ZEROES | Nbd.FLAG_SEND_FAST_ZERO | Nbd.FLAG_SEND_CACHE | Nbd.FLAG_CAN_MULTI_CONN;
 
     private final Opener opener;
     private final String peer;
@@ -56,9 +53,7 @@ final class Redial implements Lane {
     private final long delayNanos;
     private final java.time.Duration connectTimeout;
     /** What the first connection reported; every later one must match it. */
-    private final ExportInfo expected;
-    private final List<String> expectedContexts;
-    private final String expectedIdentity;
+    private final SameExport expected;
     private final String tls;
     private final AtomicLong nextSeq = new AtomicLong();
     /** Requests sent on a new connection after waiting for it (lost with the old one, or made while away): for tests. */
@@ -84,9 +79,7 @@ final class Redial implements Lane {
         this.index = index;
         this.delayNanos = delay.toNanos();
         this.connectTimeout = connectTimeout;
-        this.expected = first.info();
-        this.expectedContexts = first.metaContexts();
-        this.expectedIdentity = first.identity();
+        this.expected = new SameExport(first);
         this.tls = first.tls();
         Generation g = new Generation(first);
         this.newest = g;
@@ -317,7 +310,7 @@ final class Redial implements Lane {
                 last = e;
             }
             if (c != null) {
-                String difference = difference(c);
+                String difference = expected.difference(c);
                 if (difference == null) return c;
                 c.close(0);
                 throw new NbdConnectionException("server at " + peer + " came back with a different export: "
@@ -329,32 +322,6 @@ final class Redial implements Lane {
             }
             pause = Math.min(pause * 2, MAX_PAUSE_NANOS);
         }
-    }
-
-    /** How {@code c}'s export differs from the first connection's in a way that matters, or null if it does not. */
-    private String difference(Connection c) {
-        ExportInfo now = c.info();
-        if (now.size() != expected.size()) return "size " + now.size() + ", was " + expected.size();
-        if (expectedIdentity != null && !expectedIdentity.equals(c.identity())) {
-            return (c.identity() == null ? "no identity" : c.identity()) + ", was " + expectedIdentity;
-        }
-        if (now.readOnly() != expected.readOnly()) {
-            return now.readOnly() ? "read-only, was writable" : "writable, was read-only";
-        }
-        int gone = expected.transmissionFlags() & ~now.transmissionFlags() & CAPABILITIES;
-        if (gone != 0) return "without " + String.join(", ", Nbd.transmissionFlagNames(gone)) + ", which it offered before";
-        if (now.structuredReplies() != expected.structuredReplies()) {
-            return "structured replies " + (now.structuredReplies() ? "on" : "off") + ", were "
-                + (expected.structuredReplies() ? "on" : "off");
-        }
-        if (now.minimumBlockSize() > expected.minimumBlockSize() || now.maximumPayload() < expected.maximumPayload()) {
-            return "block sizes " + now.minimumBlockSize() + ".." + now.maximumPayload() + ", were "
-                + expected.minimumBlockSize() + ".." + expected.maximumPayload();
-        }
-        if (!c.metaContexts().equals(expectedContexts)) {
-            return "metadata contexts " + c.metaContexts() + ", were " + expectedContexts;
-        }
-        return null;
     }
 
     private void giveUp(NbdException why) {
@@ -422,12 +389,12 @@ final class Redial implements Lane {
 
     @Override
     public List<String> metaContexts() {
-        return expectedContexts;
+        return expected.contexts();
     }
 
     @Override
     public ExportInfo info() {
-        return expected;
+        return expected.info();
     }
 
     @Override

@@ -214,6 +214,18 @@ class ReconnectTest {
     }
 
     @Test
+    void aServerBackReadOnlyIsAnotherExport() throws Exception {
+        Path image = dir.resolve("disk.img");
+        serve("file:" + image + ",size=1M");
+        try (NbdClient c = NbdClient.connect(uri(), reconnecting(Duration.ofSeconds(30)))) {
+            crash();
+            serve("file:" + image + ",readonly");
+            assertThatThrownBy(() -> c.write(0, pattern(0, 9), false).join()).cause()
+                .hasMessageEndingWith("came back with a different export: read-only, was writable; no request was sent to it");
+        }
+    }
+
+    @Test
     void aRestartedMemoryExportIsAnotherExportThoughItsSizeIsTheSame() throws Exception {
         serve("memory:1M");
         try (NbdClient c = NbdClient.connect(uri(), reconnecting(Duration.ofSeconds(30)))) {
