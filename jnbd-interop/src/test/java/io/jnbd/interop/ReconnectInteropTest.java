@@ -164,6 +164,33 @@ class ReconnectInteropTest {
         }
     }
 
+    /** {@code jnbd bench --reconnect-delay} writing at QD8 through a SIGKILL and restart: no request fails. */
+    @Test
+    void benchWithReconnectDelayWritesThroughACrash() throws Exception {
+        start(false, "file:" + dir.resolve("disk.img") + ",size=32M");
+        Path log = dir.resolve("bench.log");
+        ProcessBuilder builder = new ProcessBuilder(Interop.jnbd().toString(), "bench", "--no-progress", "--rw", "randwrite",
+            "--depth", "8", "--duration", "8", "--reconnect-delay", "60", "nbd://127.0.0.1:" + server.port() + "/disk")
+            .redirectErrorStream(true).redirectOutput(log.toFile());
+        builder.environment().put("JNBD_NO_BUILD", "1");
+        Process bench = builder.start();
+        try {
+            long deadline = System.nanoTime() + T.toNanos();
+            while (bench.isAlive() && !server.log().contains("connected to export 'disk'") && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertThat(bench.isAlive()).as("bench running when the server is killed: %s", Files.readString(log)).isTrue();
+            crashAndRestart();
+            assertThat(bench.waitFor(T.toSeconds(), TimeUnit.SECONDS)).as("bench ended").isTrue();
+            String out = Files.readString(log);
+            assertThat(bench.exitValue()).as(out).isZero();
+            assertThat(out).contains("randwrite bs=4096 depth=8", "throughput", "latency us:").doesNotContain("failed");
+            System.out.print(out);
+        } finally {
+            bench.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+        }
+    }
+
     private static ByteBuffer pattern(int block) {
         byte[] b = new byte[BLOCK];
         new Random(block * 7919L + 36).nextBytes(b);
