@@ -59,7 +59,7 @@ final class Connector {
             // Each connection comes back on its own; the first's description is what every one must find again.
             Redial.Opener opener = timeout -> onPlatformThread(
                 () -> open(uri, options.withConnectTimeout(timeout), tls, timer, index, null, null));
-            lanes.add(new Redial(opened.get(i), opener, peer(uri), index, options.reconnectDelay(), options.connectTimeout()));
+            lanes.add(new Redial(opened.get(i), opener, peer(uri), index, options));
         }
         return lanes;
     }

@@ -52,6 +52,8 @@ final class Redial implements Lane {
     private final int index;
     private final long delayNanos;
     private final java.time.Duration connectTimeout;
+    /** Where the futures this lane fails itself are completed; null for the thread that learns why. */
+    private final java.util.concurrent.Executor completionExecutor;
     /** What the first connection reported; every later one must match it. */
     private final SameExport expected;
     private final String tls;
@@ -72,13 +74,13 @@ final class Redial implements Lane {
     /** Guarded by {@link #lock}. */
     private Thread dialer;
 
-    Redial(Connection first, Opener opener, String peer, int index, java.time.Duration delay,
-           java.time.Duration connectTimeout) {
+    Redial(Connection first, Opener opener, String peer, int index, ClientOptions options) {
         this.opener = opener;
         this.peer = peer;
         this.index = index;
-        this.delayNanos = delay.toNanos();
-        this.connectTimeout = connectTimeout;
+        this.delayNanos = options.reconnectDelay().toNanos();
+        this.connectTimeout = options.connectTimeout();
+        this.completionExecutor = options.completionExecutor();
         this.expected = new SameExport(first);
         this.tls = first.tls();
         Generation g = new Generation(first);
@@ -333,7 +335,20 @@ final class Redial implements Lane {
             for (Retry r; (r = parked.poll()) != null; ) failed.add(r);
             lock.notifyAll();
         }
-        for (Retry r : failed) r.completeExceptionally(failure);
+        if (failed.isEmpty()) return;
+        NbdException first = failure; // the first reason given wins: the client may close after giving up
+        Runnable fail = () -> {
+            for (Retry r : failed) r.completeExceptionally(first);
+        };
+        if (completionExecutor != null) {
+            try {
+                completionExecutor.execute(fail);
+                return;
+            } catch (RuntimeException e) {
+                // As Connection does: a refusing executor must not leave the callers waiting.
+            }
+        }
+        fail.run();
     }
 
     /** Waits on {@link #lock} (held) until {@code until} by System.nanoTime(), or a notify. */
@@ -419,7 +434,8 @@ final class Redial implements Lane {
             lock.notifyAll();
         }
         giveUp(closedException());
-        if (d != null) {
+        // A callback run on the dialer (a request failed as it gave up) may be the one closing the client.
+        if (d != null && d != Thread.currentThread()) {
             try {
                 d.join(Math.max(1000, connectTimeout.toMillis()));
             } catch (InterruptedException e) {
