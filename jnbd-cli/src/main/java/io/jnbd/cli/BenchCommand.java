@@ -31,7 +31,9 @@ import picocli.CommandLine.Parameters;
         "  jnbd bench nbd://127.0.0.1:10809/default                       # 4k random reads, depth 32, 10 s",
         "  jnbd bench --rw read --bs 1M --depth 8 nbd://127.0.0.1:10809/default",
         "  jnbd bench --rw randrw --mix 70 --bs 16k --depth 16 --duration 30 nbd+unix:///disk?socket=/tmp/jnbd.sock",
-        "  jnbd bench 'nbds://127.0.0.1:10809/default?tls-certificates=/etc/pki/jnbd'"})
+        "  jnbd bench 'nbds://127.0.0.1:10809/default?tls-certificates=/etc/pki/jnbd'",
+        "  # writes through restarts of the server: the max latency is the longest stall",
+        "  jnbd bench --rw randwrite --depth 8 --duration 60 --reconnect-delay 30 nbd://127.0.0.1:10809/default"})
 public final class BenchCommand implements Callable<Integer> {
 
     enum Pattern { read, write, randread, randwrite, randrw, rw }
@@ -60,15 +62,22 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--connections", defaultValue = "1", paramLabel = "N", description = "connections (multi-conn) (default ${DEFAULT-VALUE})")
     int connections;
 
+    @picocli.CommandLine.Mixin
+    ReconnectOption reconnect = new ReconnectOption();
+
     @Option(names = "--progress", negatable = true,
         description = "draw a progress bar with the figures so far on stderr (default: only when stderr is a terminal)")
     Boolean progress;
+
+    @picocli.CommandLine.Spec
+    picocli.CommandLine.Model.CommandSpec spec;
 
     @Override
     public Integer call() throws Exception {
         int bs = (int) ExportSpec.parseSize(blockSize);
         ClientOptions opts = ClientOptions.defaults().withConnections(connections)
-            .withRequestsInFlight(Math.max(1, (depth + connections - 1) / connections));
+            .withRequestsInFlight(Math.max(1, (depth + connections - 1) / connections))
+            .withReconnect(reconnect.delay(spec.commandLine()));
         try (NbdClient client = NbdClient.connect(URI.create(uri), opts)) {
             long size = range != null ? Math.min(ExportSpec.parseSize(range), client.size()) : client.size();
             long blocks = size / bs;

@@ -49,6 +49,10 @@ import picocli.CommandLine.Parameters;
         "options, unusable TLS files); 130 or 143 when stopped by SIGINT (Ctrl-C)",
         "or SIGTERM, with one line saying how far the copy got. After a failure or",
         "a stop, the line names the prefix of the destination that is complete.",
+        "",
+        "With --reconnect-delay a server's restart is ridden out (see docs/client.md,",
+        "\"Reconnect\"); the data then passes through this process (no splice): a",
+        "payload spliced from one socket into another could not be sent again.",
         ""},
     footer = {"", "Examples:",
         "  # download an export into a sparse local file",
@@ -60,6 +64,8 @@ import picocli.CommandLine.Parameters;
         "  jnbd copy 'nbd+unix:///?socket=/run/nbd.sock' out.raw",
         "  # over TLS, the server's certificate checked against DIR/ca-cert.pem",
         "  jnbd copy 'nbds://server/disk?tls-certificates=/etc/pki/jnbd' disk.img",
+        "  # ride out a restart of the server of up to 30 s",
+        "  jnbd copy --reconnect-delay 30 disk.img nbd://server/disk",
         "  # incremental backup: backup.raw is a full copy of disk.qcow2 made when",
         "  # its bitmap b0 was added (qemu-img bitmap --add disk.qcow2 b0)",
         "  qemu-nbd -r -t -f qcow2 -B b0 -p 10810 disk.qcow2 &",
@@ -87,6 +93,9 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     @Option(names = "--timeout", paramLabel = "SECONDS", defaultValue = "60",
         description = "fail a request that gets no reply within this time (default: ${DEFAULT-VALUE})")
     int timeoutSeconds;
+
+    @picocli.CommandLine.Mixin
+    ReconnectOption reconnect = new ReconnectOption();
 
     @Option(names = "--splice", negatable = true, defaultValue = "true", fallbackValue = "true",
         description = "between two NBD servers over plain connections, pass the data from socket to socket inside "
@@ -125,7 +134,8 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                 "--connections and --requests must be at least 1, --request-size at least 4096");
         }
         ClientOptions options = ClientOptions.defaults().withConnections(connections).withRequestsInFlight(requests)
-            .withRequestTimeout(Duration.ofSeconds(timeoutSeconds));
+            .withRequestTimeout(Duration.ofSeconds(timeoutSeconds))
+            .withReconnect(reconnect.delay(spec.commandLine()));
         if (bitmap != null) return incremental(options);
         try (Disk src = Disk.open(source, options); Disk dst = Disk.create(destination, src.size(), options)) {
             long size = src.size();

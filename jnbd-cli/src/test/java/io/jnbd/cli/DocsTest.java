@@ -24,7 +24,7 @@ class DocsTest {
     /** Options of the other programs the docs show (java, fio, qemu-img, qemu-nbd, nbdkit, nbdinfo, perf). */
     private static final Set<String> OTHER_PROGRAMS = Set.of("--add-exports", "--aio", "--cache", "--children", "--direct",
         "--exit-with-parent", "--filter", "--invalidate", "--ioengine", "--iodepth", "--no-children", "--output-format",
-        "--persistent", "--ramp", "--runtime", "--shared", "--sort", "--time");
+        "--persistent", "--ramp", "--runtime", "--shared", "--sort", "--target-image-opts", "--time");
 
     @Test
     void everyOptionTheDocsNameInCodeExists() throws Exception {

@@ -32,17 +32,28 @@ import java.util.concurrent.Executor;
  * @param tls               TLS for every connection, even to an {@code nbd://} URI; null: only where the URI asks
  *                          for it ({@code nbds://}). See {@link #withTls}
  * @param metaContexts      metadata contexts to negotiate besides {@code base:allocation}; see {@link #withMetaContexts}
+ * @param reconnectDelay    how long a connection that drops may stay away before its requests fail; {@link Duration#ZERO}:
+ *                          no reconnecting, a lost connection fails its requests at once. See {@link #withReconnect}
  */
 public record ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
                             boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
-                            Executor completionExecutor, TlsClientSettings tls, List<String> metaContexts) {
+                            Executor completionExecutor, TlsClientSettings tls, List<String> metaContexts,
+                            Duration reconnectDelay) {
+
+    /** Options without reconnecting: the form before it, kept for source compatibility. */
+    public ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
+                         boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
+                         Executor completionExecutor, TlsClientSettings tls, List<String> metaContexts) {
+        this(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead,
+            cachePageSize, completionExecutor, tls, metaContexts, Duration.ZERO);
+    }
 
     /** Options without metadata contexts beyond base:allocation: the form before them, kept for source compatibility. */
     public ClientOptions(int connections, int requestsInFlight, Duration connectTimeout, Duration requestTimeout,
                          boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
                          Executor completionExecutor, TlsClientSettings tls) {
         this(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead,
-            cachePageSize, completionExecutor, tls, List.of());
+            cachePageSize, completionExecutor, tls, List.of(), Duration.ZERO);
     }
 
     /** Options without TLS of their own: the form before TLS, kept for source compatibility. */
@@ -50,7 +61,7 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
                          boolean structuredReplies, long cacheSize, long readahead, int cachePageSize,
                          Executor completionExecutor) {
         this(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead,
-            cachePageSize, completionExecutor, null, List.of());
+            cachePageSize, completionExecutor, null, List.of(), Duration.ZERO);
     }
 
     public ClientOptions {
@@ -68,6 +79,8 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
         for (String c : metaContexts) {
             if (c.isEmpty()) throw new IllegalArgumentException("a metadata context name must not be empty");
         }
+        if (reconnectDelay == null) reconnectDelay = Duration.ZERO;
+        if (reconnectDelay.isNegative()) throw new IllegalArgumentException("reconnectDelay must not be negative");
         if (metaContexts.size() >= MetaContextRequest.MAX_QUERIES) {
             throw new IllegalArgumentException("at most " + (MetaContextRequest.MAX_QUERIES - 1) + " metadata contexts");
         }
@@ -75,36 +88,36 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
 
     /** One connection, 64 requests in flight, 10 s to connect, 2 min per request, structured replies, no cache. */
     public static ClientOptions defaults() {
-        return new ClientOptions(1, 64, Duration.ofSeconds(10), Duration.ofMinutes(2), true, 0, 0, 64 * 1024, null, null, List.of());
+        return new ClientOptions(1, 64, Duration.ofSeconds(10), Duration.ofMinutes(2), true, 0, 0, 64 * 1024, null, null, List.of(), Duration.ZERO);
     }
 
     public ClientOptions withConnections(int n) {
-        return new ClientOptions(n, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(n, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     public ClientOptions withRequestsInFlight(int n) {
-        return new ClientOptions(connections, n, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(connections, n, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     public ClientOptions withConnectTimeout(Duration d) {
-        return new ClientOptions(connections, requestsInFlight, d, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, d, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     public ClientOptions withRequestTimeout(Duration d) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, d, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, d, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     public ClientOptions withStructuredReplies(boolean on) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, on, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, on, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     /** Turns on the read cache: {@code size} bytes, of which sequential readers prefetch {@code readahead} ahead. */
     public ClientOptions withCache(long size, long readahead) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, size, readahead, cachePageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, size, readahead, cachePageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     public ClientOptions withCachePageSize(int pageSize) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, pageSize, completionExecutor, tls, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, pageSize, completionExecutor, tls, metaContexts, reconnectDelay);
     }
 
     /**
@@ -112,7 +125,7 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
      * callbacks do not hold up other replies; null restores the default.
      */
     public ClientOptions withCompletionExecutor(Executor executor) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, executor, tls, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, executor, tls, metaContexts, reconnectDelay);
     }
 
     /**
@@ -123,7 +136,7 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
      * host is then checked.
      */
     public ClientOptions withTls(TlsClientSettings settings) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, settings, metaContexts);
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, settings, metaContexts, reconnectDelay);
     }
 
     /**
@@ -133,7 +146,26 @@ public record ClientOptions(int connections, int requestsInFlight, Duration conn
      * exist. Queries with an empty leaf ({@code qemu:dirty-bitmap:}) select what the server chooses to give.
      */
     public ClientOptions withMetaContexts(String... contexts) {
-        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, List.of(contexts));
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, List.of(contexts), reconnectDelay);
+    }
+
+    /**
+     * Reconnects a connection that drops (the server closed it, restarted, crashed, or answered {@code ESHUTDOWN}),
+     * for up to {@code delay}: with growing pauses between attempts, redoing the handshake (TLS too), checking that
+     * it reached the same export (the size, whether it is read-only, the capabilities in use, and the server's
+     * identity of the export where it names one) and sending again, in their order, the requests that had no
+     * answer. Requests made meanwhile wait. Only when the server stays away longer than {@code delay} do they, and
+     * every later one, fail with {@link NbdConnectionException}; a server that comes back with another export fails
+     * them at once, and nothing is written into it. {@link Duration#ZERO} turns it off (the default). See
+     * docs/client.md, "Reconnect", for what a write acknowledged before a server's crash can and cannot count on.
+     */
+    public ClientOptions withReconnect(Duration delay) {
+        return new ClientOptions(connections, requestsInFlight, connectTimeout, requestTimeout, structuredReplies, cacheSize, readahead, cachePageSize, completionExecutor, tls, metaContexts, delay);
+    }
+
+    /** Whether a dropped connection is reconnected ({@link #withReconnect}). */
+    public boolean reconnects() {
+        return !reconnectDelay.isZero();
     }
 
     /** The TLS a connection to {@code uri} uses under these options, or null for none. */

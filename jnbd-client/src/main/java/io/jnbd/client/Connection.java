@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * waiting, a {@link Receiver} on one reader thread, and the bookkeeping between them: requests in flight by
  * cookie, their timeouts, and how outcomes reach the futures.
  */
-final class Connection {
+final class Connection implements Lane {
 
     private final Transport transport;
     private final String peer;
@@ -38,8 +38,13 @@ final class Connection {
     private final java.util.ArrayList<Object> readerHeld = new java.util.ArrayList<>();
     /** Set once, when the connection dies; every later submission fails with it. */
     private volatile NbdException failure;
+    /** Told once the connection has died (a {@link Redial} then puts another in its place); null if no one asks. */
+    private volatile java.util.function.Consumer<NbdException> failureListener;
+    /** The server's identity of the export's data ({@code jnbd:identity:<hex>}), if it was asked and named one. */
+    private final String identity;
 
-    SocketChannel channel() {
+    @Override
+    public SocketChannel channel() {
         return transport.socket;
     }
 
@@ -47,6 +52,7 @@ final class Connection {
         this.transport = handshake.transport();
         this.peer = peer;
         this.info = handshake.info();
+        this.identity = handshake.identity();
         this.metaContexts = java.util.List.copyOf(handshake.contexts().values());
         this.requestTimeoutNanos = options.requestTimeout().toNanos();
         this.completionExecutor = options.completionExecutor();
@@ -66,11 +72,13 @@ final class Connection {
         }
     }
 
-    ExportInfo info() {
+    @Override
+    public ExportInfo info() {
         return info;
     }
 
-    java.util.List<String> metaContexts() {
+    @Override
+    public java.util.List<String> metaContexts() {
         return metaContexts;
     }
 
@@ -79,7 +87,8 @@ final class Connection {
     }
 
     /** The negotiated TLS protocol and cipher suite, or null over a plain connection. */
-    String tls() {
+    @Override
+    public String tls() {
         return transport.tls();
     }
 
@@ -89,16 +98,19 @@ final class Connection {
     }
 
     /** Requests in flight or waiting to be sent, to pick the least busy connection. */
-    int load() {
+    @Override
+    public int load() {
         return inFlight.size() + sender.queued();
     }
 
     /** Whether the calling thread holds this connection's monitor or its sender's lock. */
-    boolean lockedByCurrentThread() {
+    @Override
+    public boolean lockedByCurrentThread() {
         return Thread.holdsLock(this) || sender.lockedByCurrentThread();
     }
 
-    boolean alive() {
+    @Override
+    public boolean alive() {
         return failure == null;
     }
 
@@ -107,17 +119,20 @@ final class Connection {
      * is the destination of a READ (filled between its position and limit, which are left unchanged) or the
      * payload of a WRITE; null otherwise.
      */
-    CompletableFuture<Object> submit(int type, int flags, long offset, long length, ByteBuffer data) {
+    @Override
+    public CompletableFuture<Object> submit(int type, int flags, long offset, long length, ByteBuffer data) {
         return submit(new Pending(type, flags, offset, length, data, null, nextCookie.getAndIncrement()));
     }
 
     /** Submits a WRITE whose payload is {@code length} bytes of {@code file}, as {@link #submit(int, int, long, long, ByteBuffer)}. */
-    CompletableFuture<Object> submitWrite(int flags, long offset, long length, Pending.FileRegion file) {
+    @Override
+    public CompletableFuture<Object> submitWrite(int flags, long offset, long length, Pending.FileRegion file) {
         return submit(new Pending(Nbd.CMD_WRITE, flags, offset, length, null, file, nextCookie.getAndIncrement()));
     }
 
     /** Submits a READ whose data goes to {@code sink} chunk by chunk, as {@link #submit(int, int, long, long, ByteBuffer)}. */
-    CompletableFuture<Object> submitRead(long offset, long length, ReadSink sink) {
+    @Override
+    public CompletableFuture<Object> submitRead(long offset, long length, ReadSink sink) {
         return submit(new Pending(Nbd.CMD_READ, 0, offset, length, null, null, sink, nextCookie.getAndIncrement()));
     }
 
@@ -126,7 +141,8 @@ final class Connection {
      * {@link Sender#writeNow}). Null if the payload was not taken (the connection is dead, or no slot came
      * free before the request timeout); the caller still owns it then.
      */
-    CompletableFuture<Object> writeNow(int flags, long offset, long length, Sender.Streamer streamer) throws java.io.IOException {
+    @Override
+    public CompletableFuture<Object> writeNow(int flags, long offset, long length, Sender.Streamer streamer) throws java.io.IOException {
         Pending p = new Pending(Nbd.CMD_WRITE, flags, offset, length, null, null, nextCookie.getAndIncrement());
         p.deadline = System.nanoTime() + requestTimeoutNanos;
         if (failure == null && sender.writeNow(p, streamer)) return p.future;
@@ -149,7 +165,8 @@ final class Connection {
     }
 
     /** Whether this connection can be spliced from or into: a plain socket with a descriptor to hand. */
-    boolean spliceable() {
+    @Override
+    public boolean spliceable() {
         return transport instanceof Transport.Plain && Splice.AVAILABLE && Splice.fd(transport.socket) >= 0;
     }
 
@@ -274,7 +291,8 @@ final class Connection {
     }
 
     /** Sends DISC after the requests in flight have been answered (or {@code graceMillis} passed), then closes. */
-    void close(long graceMillis) {
+    @Override
+    public void close(long graceMillis) {
         long until = System.currentTimeMillis() + graceMillis;
         // Requests already timed out are not waited for: their caller has been told, the server may be stuck.
         while (failure == null && System.currentTimeMillis() < until
@@ -311,6 +329,24 @@ final class Connection {
         for (Pending p : inFlight.values()) finish(p, cause);
         failQueued(cause);
         sender.wake();
+        var listener = failureListener;
+        if (listener != null) listener.accept(cause);
+    }
+
+    /** Tells {@code listener} when the connection dies, at once if it has. It may be told twice. */
+    void onFailure(java.util.function.Consumer<NbdException> listener) {
+        failureListener = listener;
+        NbdException dead = failure;
+        if (dead != null) listener.accept(dead);
+    }
+
+    /** Why the connection died, or null while it lives. */
+    NbdException failure() {
+        return failure;
+    }
+
+    String identity() {
+        return identity;
     }
 
     private void failQueued(NbdException cause) {

@@ -49,9 +49,19 @@ final class Connector {
      * Opens the first connection and, with {@link ClientOptions#connections()} above one, further ones only if
      * the server advertises CAN_MULTI_CONN (otherwise their caches could disagree).
      */
-    static List<Connection> openAll(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
+    static List<Lane> openAll(NbdUri uri, ClientOptions options, ScheduledExecutorService timer) throws IOException {
         TlsClient tls = loadTls(uri, options);
-        return onPlatformThread(() -> openAllHere(uri, options, tls, timer));
+        List<Connection> opened = onPlatformThread(() -> openAllHere(uri, options, tls, timer));
+        if (!options.reconnects()) return List.copyOf(opened);
+        List<Lane> lanes = new ArrayList<>();
+        for (int i = 0; i < opened.size(); i++) {
+            int index = i;
+            // Each connection comes back on its own; the first's description is what every one must find again.
+            Redial.Opener opener = timeout -> onPlatformThread(
+                () -> open(uri, options.withConnectTimeout(timeout), tls, timer, index, null, null));
+            lanes.add(new Redial(opened.get(i), opener, peer(uri), index, options));
+        }
+        return lanes;
     }
 
     /**
@@ -145,7 +155,7 @@ final class Connector {
         try {
             // The deadline covers the TLS handshake too: closing the socket ends it wherever it waits.
             Handshake.Result result = withDeadline(channel, uri, options, timer,
-                () -> new Handshake(Transport.plain(channel), peer(uri), tls).go(uri.exportName(), options.structuredReplies(), options.metaContexts()));
+                () -> new Handshake(Transport.plain(channel), peer(uri), tls).go(uri.exportName(), options.structuredReplies(), options.metaContexts(), options.reconnects()));
             if (expected != null && (result.info().size() != expected.size()
                 || result.info().transmissionFlags() != expected.transmissionFlags()
                 || !List.copyOf(result.contexts().values()).equals(expectedContexts))) {

@@ -39,7 +39,10 @@ final class Handshake {
      * {@code contexts}: the negotiated metadata contexts by this connection's ids for them, in the order the server
      * named them.
      */
-    record Result(ExportInfo info, Map<Integer, String> contexts, Transport transport) {}
+    record Result(ExportInfo info, Map<Integer, String> contexts, Transport transport, String identity) {}
+
+    /** The query that a jnbd server answers with {@code jnbd:identity:<hex>}, the identity of the export's data. */
+    static final String IDENTITY_QUERY = "jnbd:identity";
 
     /** Plain at first; the TLS session once STARTTLS has succeeded. */
     private Transport transport;
@@ -110,12 +113,20 @@ final class Handshake {
 
     /**
      * Negotiates structured replies and, with them, base:allocation and {@code extraContexts}, then enters
-     * transmission with {@code export}.
+     * transmission with {@code export}. With {@code askIdentity}, first lists {@link #IDENTITY_QUERY} (a round trip
+     * only a reconnecting client pays for): the result's identity is what the server answered, or null.
      */
-    Result go(String export, boolean wantStructured, List<String> extraContexts) throws IOException {
+    Result go(String export, boolean wantStructured, List<String> extraContexts, boolean askIdentity) throws IOException {
         greet();
         boolean structured = wantStructured && structuredReplies();
         Map<Integer, String> contexts = Map.of();
+        String identity = null;
+        if (structured && askIdentity) {
+            List<Map.Entry<Integer, String>> listed = metaContexts(Nbd.OPT_LIST_META_CONTEXT, export, List.of(IDENTITY_QUERY), true);
+            for (var c : listed == null ? List.<Map.Entry<Integer, String>>of() : listed) {
+                if (c.getValue().startsWith(IDENTITY_QUERY + ":")) identity = c.getValue();
+            }
+        }
         if (structured) {
             List<String> queries = new ArrayList<>(List.of(Nbd.CONTEXT_BASE_ALLOCATION));
             for (String c : extraContexts) if (!queries.contains(c)) queries.add(c);
@@ -140,7 +151,7 @@ final class Handshake {
             if (type == Nbd.REP_ACK) break;
             if (type == Nbd.REP_ERR_UNSUP) {
                 // An old server without GO: EXPORT_NAME cannot report errors or block sizes, but it works.
-                return exportName(export, structured, contexts, baseAllocationId);
+                return exportName(export, structured, contexts, baseAllocationId, identity);
             }
             if (r.header.isError()) {
                 // Tell the server we are leaving rather than just hanging up on it.
@@ -165,7 +176,7 @@ final class Handshake {
         }
         if (exportInfo == null) throw violation("GO acknowledged without NBD_INFO_EXPORT");
         return new Result(exportInfo(name, description, exportInfo.size(), exportInfo.transmissionFlags(), blockSize,
-            structured, baseAllocationId), contexts, transport);
+            structured, baseAllocationId), contexts, transport, identity);
     }
 
     private boolean structuredReplies() throws IOException {
@@ -182,7 +193,7 @@ final class Handshake {
      */
     private Map<Integer, String> setMetaContexts(String export, List<String> queries) throws IOException {
         Map<Integer, String> contexts = new LinkedHashMap<>();
-        List<Map.Entry<Integer, String>> replies = metaContexts(Nbd.OPT_SET_META_CONTEXT, export, queries);
+        List<Map.Entry<Integer, String>> replies = metaContexts(Nbd.OPT_SET_META_CONTEXT, export, queries, true);
         if (replies == null) return Map.of();
         for (var c : replies) {
             String earlier = contexts.putIfAbsent(c.getKey(), c.getValue());
@@ -194,9 +205,12 @@ final class Handshake {
         return contexts;
     }
 
-    /** The id and name of each REP_META_CONTEXT the option is answered with; null if it was refused. */
-    private List<Map.Entry<Integer, String>> metaContexts(int option, String export, List<String> queries)
-            throws IOException {
+    /**
+     * The id and name of each REP_META_CONTEXT the option is answered with; null if it was refused and
+     * {@code refusalIsNoAnswer}, else the refusal is thrown.
+     */
+    private List<Map.Entry<Integer, String>> metaContexts(int option, String export, List<String> queries,
+                                                          boolean refusalIsNoAnswer) throws IOException {
         var request = new MetaContextRequest(export, queries);
         ByteBuffer data = ByteBuffer.allocate(request.encodedLength());
         request.encode(data);
@@ -206,7 +220,7 @@ final class Handshake {
             Reply r = readReply(option);
             if (r.header.type() == Nbd.REP_ACK) return contexts;
             if (r.header.isError()) {
-                if (option == Nbd.OPT_SET_META_CONTEXT) return null;
+                if (refusalIsNoAnswer) return null;
                 throw optionError("LIST_META_CONTEXT", export, r);
             }
             if (r.header.type() != Nbd.REP_META_CONTEXT || r.data.remaining() < 4) {
@@ -223,13 +237,13 @@ final class Handshake {
         // Servers may refuse context options until structured replies are on; a refusal here is no answer yet.
         structuredReplies();
         // LIST's ids mean nothing (servers send 0): only the names count.
-        List<String> names = metaContexts(Nbd.OPT_LIST_META_CONTEXT, export, queries).stream().map(Map.Entry::getValue).toList();
+        List<String> names = metaContexts(Nbd.OPT_LIST_META_CONTEXT, export, queries, false).stream().map(Map.Entry::getValue).toList();
         abort();
         return names;
     }
 
-    private Result exportName(String export, boolean structured, Map<Integer, String> contexts, int baseAllocationId)
-            throws IOException {
+    private Result exportName(String export, boolean structured, Map<Integer, String> contexts, int baseAllocationId,
+                              String identity) throws IOException {
         sendOption(Nbd.OPT_EXPORT_NAME, ByteBuffer.wrap(Strings.utf8(export)));
         ByteBuffer reply;
         try {
@@ -241,7 +255,7 @@ final class Handshake {
         }
         long size = reply.getLong();
         int flags = Short.toUnsignedInt(reply.getShort());
-        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), contexts, transport);
+        return new Result(exportInfo(export, "", size, flags, null, structured, baseAllocationId), contexts, transport, identity);
     }
 
     private static ExportInfo exportInfo(String name, String description, long size, int flags, Info.BlockSize bs,

@@ -34,7 +34,9 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * the server reports an error (its message names the error, e.g. EIO, and the request),
  * {@link NbdConnectionException} when the connection is lost, {@link NbdProtocolException} when the server
  * breaks the protocol (the connection is then closed) and {@link NbdTimeoutException} when a request outlives
- * {@link ClientOptions#requestTimeout()}.
+ * {@link ClientOptions#requestTimeout()}. With {@link ClientOptions#withReconnect} a lost connection is connected
+ * again instead and its unanswered requests sent again: they fail only if the server stays away longer than the
+ * delay or comes back with another export (docs/client.md, "Reconnect").
  *
  * <pre>{@code
  * try (NbdClient disk = NbdClient.connect(URI.create("nbd://localhost/disk"))) {
@@ -55,7 +57,7 @@ public final class NbdClient implements AutoCloseable {
     private final NbdUri uri;
     private final ClientOptions options;
     private final ExportInfo info;
-    private final List<Connection> connections;
+    private final List<Lane> connections;
     private final ScheduledExecutorService timer;
     private final ReadCache cache;
     private final long maxRequest;
@@ -63,10 +65,10 @@ public final class NbdClient implements AutoCloseable {
     private final AtomicBoolean closed = new AtomicBoolean();
     private volatile ByteBuffer zeroes;
     /** Where the last small request went (see {@link #pick}); a hint, so racing writers do no harm. */
-    private volatile Connection recent;
+    private volatile Lane recent;
     private final int stickyLoad;
 
-    private NbdClient(NbdUri uri, ClientOptions options, ExportInfo info, List<Connection> connections,
+    private NbdClient(NbdUri uri, ClientOptions options, ExportInfo info, List<Lane> connections,
                       ScheduledExecutorService timer) {
         this.uri = uri;
         this.options = options;
@@ -108,7 +110,7 @@ public final class NbdClient implements AutoCloseable {
     public static NbdClient connect(NbdUri uri, ClientOptions options) throws IOException {
         ScheduledExecutorService timer = Connector.newTimer();
         try {
-            List<Connection> opened = Connector.openAll(uri, options, timer);
+            List<Lane> opened = Connector.openAll(uri, options, timer);
             return new NbdClient(uri, options, opened.getFirst().info(), opened, timer);
         } catch (IOException | RuntimeException e) {
             Connector.stopTimer(timer);
@@ -157,7 +159,7 @@ public final class NbdClient implements AutoCloseable {
 
     /** The sockets of the connections, for tests that look at them from the operating system's side. */
     List<SocketChannel> channels() {
-        return connections.stream().map(Connection::channel).toList();
+        return connections.stream().map(Lane::channel).toList();
     }
 
     /** Connections actually open: one unless the server offers CAN_MULTI_CONN and more were asked for. */
@@ -170,7 +172,7 @@ public final class NbdClient implements AutoCloseable {
      * is lost (the server closed it, or it failed), which a caller that connects again asks before sending.
      */
     public boolean connected() {
-        return !closed.get() && connections.stream().anyMatch(Connection::alive);
+        return !closed.get() && connections.stream().anyMatch(Lane::alive);
     }
 
     /** A view with blocking methods that throw {@link IOException}, for simple programs. */
@@ -241,8 +243,8 @@ public final class NbdClient implements AutoCloseable {
      */
     public boolean canSpliceTo(NbdClient dst) {
         return dst != this && !dst.info.readOnly() && dst.cache == null
-            && connections.stream().allMatch(Connection::spliceable)
-            && dst.connections.stream().allMatch(Connection::spliceable);
+            && connections.stream().allMatch(Lane::spliceable)
+            && dst.connections.stream().allMatch(Lane::spliceable);
     }
 
     /** Whether a write of {@code length} bytes at {@code offset} goes to the server as one request. */
@@ -259,7 +261,7 @@ public final class NbdClient implements AutoCloseable {
                 + " does not fit one request to " + uri);
         }
         invalidate(offset, length);
-        Connection c = pick(length);
+        Lane c = pick(length);
         CompletableFuture<Object> f = c.writeNow(0, offset, length, streamer);
         if (f == null) {
             throw new NbdConnectionException("could not pass " + length + " bytes on to " + uri + ": "
@@ -468,7 +470,7 @@ public final class NbdClient implements AutoCloseable {
     public void close() {
         if (!closed.compareAndSet(false, true)) return;
         long grace = options.requestTimeout().isZero() ? 10_000 : options.requestTimeout().toMillis();
-        for (Connection c : connections) c.close(grace);
+        for (Lane c : connections) c.close(grace);
         Connector.stopTimer(timer);
     }
 
@@ -476,12 +478,17 @@ public final class NbdClient implements AutoCloseable {
 
     /** Whether the calling thread holds a lock of this client (a sender's, a connection's, the cache's): for tests. */
     boolean lockedByCurrentThread() {
-        return connections.stream().anyMatch(Connection::lockedByCurrentThread) || (cache != null && Thread.holdsLock(cache));
+        return connections.stream().anyMatch(Lane::lockedByCurrentThread) || (cache != null && Thread.holdsLock(cache));
     }
 
     /** Requests in flight or queued on each connection, in order: for tests. */
     int[] loads() {
-        return connections.stream().mapToInt(Connection::load).toArray();
+        return connections.stream().mapToInt(Lane::load).toArray();
+    }
+
+    /** Requests a reconnecting client sent on a new connection after waiting for it: for tests. */
+    long resent() {
+        return connections.stream().mapToLong(c -> c instanceof Redial r ? r.resent() : 0).sum();
     }
 
     /** Tasks queued on the timer, cancelled ones included: for tests. */
@@ -497,13 +504,13 @@ public final class NbdClient implements AutoCloseable {
      * connections used in turn cost 0.7 writes, 0.7 reads and 2.1 futex calls per request, one connection 0.14,
      * 0.13 and 0.36. Large requests are spread: their cost is the copying, which the readers then share.
      */
-    private Connection pick(long bytes) {
+    private Lane pick(long bytes) {
         if (connections.size() == 1) return connections.getFirst();
         boolean small = bytes <= STICKY_MAX_BYTES;
-        Connection last = recent;
+        Lane last = recent;
         if (small && last != null && last.alive() && last.load() < stickyLoad) return last;
-        Connection best = connections.getFirst();
-        for (Connection c : connections) {
+        Lane best = connections.getFirst();
+        for (Lane c : connections) {
             if (c.alive() && (!best.alive() || c.load() < best.load())) best = c;
         }
         if (small) recent = best;

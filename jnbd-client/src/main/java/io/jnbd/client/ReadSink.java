@@ -12,7 +12,8 @@ import java.util.concurrent.CompletableFuture;
  * <p>Both methods run on the connection's reader thread: every other reply on that connection waits
  * meanwhile, so they should not block for long. Chunks of one read may come in any order (the NBD spec lets a
  * server send structured reply chunks out of order), never overlapping, and together cover the read once it
- * succeeds. A read that fails may have delivered some chunks first.
+ * succeeds. A read that fails may have delivered some chunks first; so may one that a reconnecting client
+ * ({@link ClientOptions#withReconnect}) sends again, whose chunks then come a second time.
  */
 public interface ReadSink {
 

@@ -65,7 +65,14 @@ final class FakeNbdServer implements AutoCloseable {
          * header is in, then the held-back reads are, and only then is its payload read: the client reads the
          * write's reply while still sending the payload, and a held-back read's completion shows that it has.
          */
-        EARLY_WRITE_REPLY
+        EARLY_WRITE_REPLY,
+        /**
+         * A server shutting down: the first request is answered with ESHUTDOWN (a write's payload read and dropped),
+         * then the connection is closed, and the mode is REVERSE from then on.
+         */
+        GOING_AWAY,
+        /** The connection is dropped as the first request arrives, unanswered; the mode is REVERSE from then on. */
+        DROP_ONCE
     }
 
     static final int CHUNK = 4096;
@@ -243,6 +250,13 @@ final class FakeNbdServer implements AutoCloseable {
                 return;
             }
             received.add(r);
+            if (mode == Mode.GOING_AWAY || mode == Mode.DROP_ONCE) {
+                boolean answer = mode == Mode.GOING_AWAY;
+                mode = Mode.REVERSE;
+                if (r.type() == Nbd.CMD_WRITE) read(ch, (int) r.length());
+                if (answer) simple(ch, Nbd.ESHUTDOWN, r.cookie());
+                return;
+            }
             switch (r.type()) {
                 case Nbd.CMD_DISC -> { return; }
                 case Nbd.CMD_READ -> {

@@ -192,6 +192,41 @@ class NbdkitInteropTest {
         }
     }
 
+    /**
+     * nbdkit names no identity of its export (it does not know jnbd:identity): a reconnecting client checks size and
+     * flags only, goes on with the same file after a crash, and refuses the same name served from a smaller one.
+     */
+    @Test
+    void reconnectsToARestartedNbdkitByItsSizeAndFlags(@TempDir Path dir) throws Exception {
+        Path file = dir.resolve("disk.img");
+        Path smaller = dir.resolve("smaller.img");
+        try (var f = new java.io.RandomAccessFile(file.toFile(), "rw"); var g = new java.io.RandomAccessFile(smaller.toFile(), "rw")) {
+            f.setLength(1 << 20);
+            g.setLength(1 << 19);
+        }
+        int port = Peer.freePort();
+        Peer first = Peer.start(port, Peer.nbdkit(port, "file", file.toString()));
+        peers.add(first);
+        ByteBuffer a = ByteBuffer.allocateDirect(4096);
+        while (a.hasRemaining()) a.put((byte) 0x5a);
+        try (NbdClient c = NbdClient.connect(URI.create(first.uri("")), ClientOptions.defaults().withReconnect(Duration.ofSeconds(30)))) {
+            c.write(0, a.flip(), false).join();
+            first.kill();
+            Peer second = Peer.start(port, Peer.nbdkit(port, "file", file.toString()));
+            peers.add(second);
+            c.write(4096, a.flip(), false).join();
+            ByteBuffer got = ByteBuffer.allocateDirect(8192);
+            c.read(0, got).join();
+            for (int i = 0; i < 8192; i++) assertThat(got.get(i)).as("byte %d", i).isEqualTo((byte) 0x5a);
+            second.kill();
+            peers.add(Peer.start(port, Peer.nbdkit(port, "file", smaller.toString())));
+            assertThatThrownBy(() -> c.write(8192, a.flip(), false).join()).cause()
+                .isInstanceOf(NbdConnectionException.class)
+                .hasMessageContaining("came back with a different export: size 524288, was 1048576");
+        }
+        assertThat(java.nio.file.Files.readAllBytes(smaller)).containsOnly(0);
+    }
+
     @Test
     void serverKilledFailsRequestsPromptly() throws Exception {
         Peer slow = start("--filter=delay", "memory", "size=1M", "rdelay=10");

@@ -27,6 +27,11 @@ public final class PoolBackend implements Backend, StatusReporting {
     private final PoolVolume volume;
     /** The volume's request path, called straight from here: the forwarding of a request takes no detour. */
     private final ReplicatedIo io;
+    /**
+     * The volume's extent table lives in this process, and the memory servers free a client's memory when it goes:
+     * a restarted pool export holds other data, whatever its name and size (see Backend#identity).
+     */
+    private final String identity = java.util.HexFormat.of().toHexDigits(new java.security.SecureRandom().nextLong());
 
     public PoolBackend(PoolVolume volume) {
         this.volume = volume;
@@ -38,6 +43,7 @@ public final class PoolBackend implements Backend, StatusReporting {
     }
 
     @Override public long size() { return volume.size(); }
+    @Override public String identity() { return identity; }
     @Override public Set<Capability> capabilities() { return CAPS; }
     @Override public Set<Trait> traits() { return Set.of(Trait.REMOTE, Trait.ASYNC); }
 

@@ -38,15 +38,25 @@ final class MetaContexts {
     private String selectedName;
     private List<MetaContext> selected = List.of();
 
-    /** The names of the contexts of {@code export} that {@code queries} list; no queries lists them all. */
+    /**
+     * The names of the contexts of {@code export} that {@code queries} list; no queries lists them all. The query
+     * {@link #IDENTITY} alone also lists {@code jnbd:identity:<hex>} when the backend has an identity: a name to
+     * compare, not a context to select (SET never matches it), so a reconnecting client can tell whether it came
+     * back to the same data without the protocol growing an option.
+     */
     List<String> list(Export export, List<String> queries) throws InvalidQuery {
         checkNamespaces(queries);
         List<String> out = new ArrayList<>();
         for (String name : available(export)) {
             if (queries.isEmpty() || matches(queries, name, true)) out.add(name);
         }
+        String identity = queries.contains(IDENTITY) ? export.backend().identity() : null;
+        if (identity != null) out.add(IDENTITY + ":" + identity);
         return out;
     }
+
+    /** The query that asks for an export's identity (see {@link #list}). */
+    static final String IDENTITY = "jnbd:identity";
 
     /**
      * Selects the contexts of {@code export} that {@code queries} name, in place of any earlier selection, for the

@@ -76,6 +76,39 @@ class MetaContextTest {
     }
 
     @Test
+    void identityIsListedOnlyWhenAskedForAndNeverSelected() throws IOException {
+        try (RawClient c = structured()) {
+            List<String> bm = list(c, "bm", "jnbd:identity");
+            assertThat(bm).singleElement().asString().matches("jnbd:identity:[0-9a-f]+");
+            // A memory export's data dies with its backend: another backend is another identity.
+            assertThat(list(c, "plain", "jnbd:identity")).singleElement().isNotEqualTo(bm.getFirst());
+            assertThat(list(c, "bm", "jnbd:identity")).isEqualTo(bm);
+            assertThat(list(c, "bm", "jnbd:")).isEmpty();
+            assertThat(names(c.optionUntilFinal(Nbd.OPT_LIST_META_CONTEXT, RawClient.metaContext("bm", List.of()))))
+                .doesNotContain(bm.getFirst());
+            assertThat(set(c, "bm", "jnbd:identity", bm.getFirst())).isEmpty();
+        }
+    }
+
+    @Test
+    void aFileIsKnownByItsDeviceAndInodeWhateverTheBackendObject(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws IOException {
+        java.nio.file.Path image = dir.resolve("disk.img");
+        java.nio.file.Path link = dir.resolve("link.img");
+        try (var a = new io.jnbd.server.backend.FileBackend(image, io.jnbd.server.backend.FileBackend.Mode.CACHED, false, 1 << 20);
+             var b = new io.jnbd.server.backend.FileBackend(image, io.jnbd.server.backend.FileBackend.Mode.CACHED, true, 0)) {
+            java.nio.file.Files.createLink(link, image);
+            try (var c = new io.jnbd.server.backend.FileBackend(link, io.jnbd.server.backend.FileBackend.Mode.CACHED, false, 0)) {
+                assertThat(a.identity()).isNotNull().isEqualTo(b.identity()).isEqualTo(c.identity());
+            }
+            java.nio.file.Path other = dir.resolve("other.img");
+            try (var d = new io.jnbd.server.backend.FileBackend(other, io.jnbd.server.backend.FileBackend.Mode.CACHED, false, 1 << 20)) {
+                assertThat(d.identity()).isNotEqualTo(a.identity());
+            }
+        }
+    }
+
+    @Test
     void queryWithoutNamespaceIsInvalid() throws IOException {
         try (RawClient c = structured()) {
             for (int option : new int[] {Nbd.OPT_LIST_META_CONTEXT, Nbd.OPT_SET_META_CONTEXT}) {

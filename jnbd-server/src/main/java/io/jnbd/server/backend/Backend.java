@@ -167,6 +167,16 @@ public interface Backend extends AutoCloseable {
     }
 
     /**
+     * What stays the same for as long as this export's data does, in hex, or null to claim nothing: a reconnecting
+     * client compares it across a server's restart (listed as the metadata context {@code jnbd:identity:<hex>}) to
+     * know it came back to the same data. A file's device and inode; a fresh random value for storage whose data
+     * ends with the process (memory), so that a restarted one counts as another export.
+     */
+    default String identity() {
+        return null;
+    }
+
+    /**
      * The status of a range from {@code offset} in one of {@link #metaContexts()}, as consecutive extents covering at
      * least one byte and at most {@code length} bytes. A context this backend does not (or no longer) answer fails
      * with {@link NbdErrorException} {@code EINVAL}.

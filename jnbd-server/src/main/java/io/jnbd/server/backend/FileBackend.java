@@ -63,6 +63,8 @@ public final class FileBackend implements Backend {
      */
     private final SharedFileLock blockLock;
     private final ByteBuffer zeroes;
+    /** The opened file's device and inode: the same file after a server's restart, even under another path. */
+    private final String identity;
 
     /**
      * Opens {@code path}; when {@code wantedSize} is positive the file is created if missing and grown if
@@ -93,6 +95,7 @@ public final class FileBackend implements Backend {
         if (!readOnly) options.add(StandardOpenOption.WRITE);
         if (mode == Mode.DIRECT) options.add(com.sun.nio.file.ExtendedOpenOption.DIRECT);
         this.channel = FileChannel.open(path, options.toArray(OpenOption[]::new));
+        this.identity = identityOf(path);
         this.blockLock = SharedFileLock.of(path);
         int fd = -1;
         try {
@@ -159,6 +162,26 @@ public final class FileBackend implements Backend {
     @Override
     public PageCacheSource pageCache() {
         return pageCache;
+    }
+
+    @Override
+    public String identity() {
+        return identity;
+    }
+
+    /** Device and inode in hex; the file key's text where the file system has no unix view; null if neither. */
+    private static String identityOf(Path path) {
+        try {
+            var unix = Files.readAttributes(path, "unix:dev,ino");
+            return String.format("%016x%016x", (Long) unix.get("dev"), (Long) unix.get("ino"));
+        } catch (IOException | UnsupportedOperationException | IllegalArgumentException | ClassCastException e) {
+            try {
+                Object key = Files.readAttributes(path, BasicFileAttributes.class).fileKey();
+                return key == null ? null : java.util.HexFormat.of().formatHex(key.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            } catch (IOException again) {
+                return null;
+            }
+        }
     }
 
     @Override

@@ -114,6 +114,7 @@ public abstract class FilterBackend implements Backend, Cloneable {
     @Override public void cache(long offset, long length) throws IOException { inner.cache(offset, length); }
     @Override public List<Extent> extents(long offset, long length) throws IOException { return inner.extents(offset, length); }
     @Override public List<String> metaContexts() { return inner.metaContexts(); }
+    @Override public String identity() { return inner.identity(); }
     @Override
     public List<MetaExtent> metaExtents(String context, long offset, long length) throws IOException {
         return inner.metaExtents(context, offset, length);

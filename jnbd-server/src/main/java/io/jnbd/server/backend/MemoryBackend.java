@@ -26,6 +26,8 @@ public final class MemoryBackend implements Backend {
     private final long size;
     private final ConcurrentHashMap<Long, MemorySegment> pages = new ConcurrentHashMap<>();
     private final AtomicLong allocated = new AtomicLong();
+    /** The data lives and dies with this object: a new one is another export, whatever its name and size. */
+    private final String identity = java.util.HexFormat.of().toHexDigits(new java.security.SecureRandom().nextLong());
 
     public MemoryBackend(long size) {
         if (size < 0) throw new IllegalArgumentException("negative size");
@@ -36,6 +38,7 @@ public final class MemoryBackend implements Backend {
     @Override public Set<Trait> traits() { return Set.of(Trait.NEVER_BLOCKS); }
     @Override public Set<Capability> capabilities() { return CAPS; }
     @Override public String describe() { return "memory (" + allocatedBytes() + " bytes allocated)"; }
+    @Override public String identity() { return identity; }
 
     public long allocatedBytes() {
         return allocated.get();

@@ -47,6 +47,18 @@ class CowFilter extends FilterBackend {
     @Override public Set<Trait> traits() { return traits; }
     @Override public BlockSizes blockSizes() { return blockSizes; }
 
+    /**
+     * A connection's own overlay is gone with the connection: a client that comes back finds other data, so each
+     * asking gets a new identity. Named and shared overlays live in cow-dir and outlast the process, as the base does.
+     */
+    @Override
+    public String identity() {
+        if (store.mode == CowStore.Mode.CONNECTION) {
+            return java.util.HexFormat.of().toHexDigits(new java.security.SecureRandom().nextLong());
+        }
+        return inner.identity();
+    }
+
     /** The overlay a connection with {@code context} writes to. */
     Overlay overlayFor(ConnectionContext context) throws IOException {
         return switch (store.mode) {
