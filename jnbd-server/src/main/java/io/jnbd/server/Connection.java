@@ -51,6 +51,8 @@ final class Connection implements Runnable {
     private volatile String dropReason;
     private volatile ReplyWriter writer;
     private volatile Intake intake;
+    /** The transmission phase's window, once it has begun: what a drain watches (requestsInFlight). */
+    private volatile Window window;
     private volatile java.util.concurrent.Future<?> handshakeTimer;
 
     Connection(NbdServer server, Transport socket, String peer, InetAddress address, Handshake.Refusal refused) {
@@ -84,6 +86,15 @@ final class Connection implements Runnable {
     /** Whether this connection holds one of the server's connection slots (a refused one does not). */
     boolean admitted() {
         return refused == null;
+    }
+
+    /**
+     * Requests this connection has read and not yet answered in full; 0 before the transmission phase. A request
+     * refused during a drain does not count (see {@link #refuse}).
+     */
+    int requestsInFlight() {
+        Window w = window;
+        return w == null ? 0 : w.inFlight();
     }
 
     /** Stops reading new requests; requests already read are still served and answered. */
@@ -225,10 +236,23 @@ final class Connection implements Runnable {
         return b.toString();
     }
 
+    /**
+     * Answers a request read after the server began to drain with NBD_ESHUTDOWN, the spec's "reconnect later":
+     * its payload is read and dropped, nothing reaches the export, and its window share goes back at once.
+     */
+    private void refuse(InFlight f, Intake in, Window window, Dispatcher dispatcher, Replies replies) throws IOException {
+        window.release(f);
+        server.drain().refused();
+        Request r = f.request;
+        if (r.hasPayload() && r.length() > 0) in.discard(r.length());
+        dispatcher.emit(replies.refusal(r));
+    }
+
     /** Reads requests until DISC, EOF or a protocol error; returns why it ended. */
     private String transmission(Session session) throws IOException, ProtocolException, InterruptedException {
         ServerConfig config = server.config();
         Window window = new Window(config.requestsInFlight(), stats);
+        this.window = window;
         RequestValidator validator = new RequestValidator(session);
         Intake in = new Intake(transport, server.inputBuffers(), config.busyPoll().toNanos(), config.receiveTimeout());
         intake = in;
@@ -283,6 +307,12 @@ final class Connection implements Runnable {
                     window.acquire(f, submit);
                     if (error != 0) {
                         dispatcher.emit(replies.error(f, error, RequestValidator.message(r, error)));
+                        continue;
+                    }
+                    // Checked after the window share is taken: a request that saw no drain is in the window the
+                    // drain watches, so the drain waits for it (Drain). The one cost of the drain per request.
+                    if (server.stopping()) {
+                        refuse(f, in, window, dispatcher, replies);
                         continue;
                     }
                     if (dispatcher.inPieces(f)) {
