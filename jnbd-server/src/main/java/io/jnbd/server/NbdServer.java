@@ -114,7 +114,14 @@ public final class NbdServer implements AutoCloseable {
         synchronized (stopLock) {
             if (stopping) throw new IOException("server is stopping");
         }
-        Listener listener = Listener.bind(address, config.backlog());
+        return serve(Listener.bind(address, config.backlog()));
+    }
+
+    /**
+     * Starts accepting on a listener bound elsewhere (see {@link io.jnbd.server.net.SocketActivation}); the server
+     * owns it from now on, and closes it even if it is stopping already.
+     */
+    public SocketAddress serve(Listener listener) throws IOException {
         synchronized (stopLock) {
             // stop() may have run while we were binding; it could not close what it did not see.
             if (stopping) {
@@ -125,8 +132,8 @@ public final class NbdServer implements AutoCloseable {
         }
         SocketAddress bound = listener.address();
         Thread.ofPlatform().name("jnbd-accept-" + bound).start(() -> acceptLoop(listener));
-        log.info("listening on {} (backlog {})", describe(bound),
-            config.backlog() > 0 ? config.backlog() : Listener.systemBacklog());
+        if (listener.activated()) log.info("listening on {}", listener.describe());
+        else log.info("listening on {} (backlog {})", describe(bound), config.backlog() > 0 ? config.backlog() : Listener.systemBacklog());
         return bound;
     }
 
