@@ -41,7 +41,7 @@ def main():
             # then execs the command, which keeps that pid (bin/jnbd execs the JVM in turn).
             child = subprocess.Popen(
                 ["bash", "-c", 'exec 3<&%d %d<&-; LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=nbd exec "$@"' % (fd, fd), "bash"]
-                + command, pass_fds=(fd,))
+                + command, pass_fds=(fd,), stdout=sys.stderr)  # stdout answers the commands
             print("started", child.pid, flush=True)
         elif word == "stop":
             print("exited", stop(), flush=True)
