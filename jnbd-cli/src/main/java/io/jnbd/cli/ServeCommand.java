@@ -118,9 +118,13 @@ import picocli.CommandLine.Spec;
         "SIGINT or SIGTERM: drain: stop accepting, answer the requests already read",
         "(later ones get ESHUTDOWN), flush, close, exit 0, within --drain-timeout; a",
         "second signal ends the drain at once. SIGHUP: read the --config file again",
-        "and apply its exports and",
-        "default export (listeners, TLS and the other settings take a restart);",
-        "a file with a mistake is refused whole and the exports stay as they were."})
+        "and apply its exports and default export (listeners, TLS and the other",
+        "settings take a restart); a file with a mistake is refused whole and the",
+        "exports stay as they were.",
+        "",
+        "Under systemd's socket activation (LISTEN_FDS), the sockets systemd passes",
+        "are served instead of --listen and --unix: docs/examples/systemd/ has the",
+        "unit files."})
 public final class ServeCommand implements Callable<Integer> {
     // The option fields hold the command line as picocli parsed it, and are never read directly: ServeSettings
     // reads them through picocli's model, merged with the config file, so that every option is also a key of

@@ -228,4 +228,29 @@ class DrainTest {
         assertThat(outcome.answered()).isZero();
         assertThat(outcome.describe()).startsWith("drain: 1 connection, 0 requests answered, 0 refused with ESHUTDOWN, exports flushed, in ");
     }
+
+    /**
+     * A client in the middle of its TLS handshake when the drain begins cannot be told anything in NBD: it is
+     * closed at the drain's end, and the drain does not wait for it (here, with nothing else in flight, the stop
+     * returns long before the handshake timeout and the drain timeout).
+     */
+    @Test
+    void aTlsHandshakeInProgressIsClosedAndHoldsNothingUp() throws Exception {
+        backend = new HeldWrites(4 << 20);
+        NbdServer server = new NbdServer(new Exports(List.of(new Export("e", "", backend)), null),
+            ServerConfig.defaults().withHandshakeTimeout(Duration.ofMinutes(5)), new ServerTls(ServerTls.Mode.ON, new NullTls()));
+        try (RawClient c = RawClient.connect(server.listen(new java.net.InetSocketAddress("127.0.0.1", 0)))) {
+            c.greeting();
+            c.clientFlags(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
+            assertThat(c.option(Nbd.OPT_STARTTLS, new byte[0]).type()).isEqualTo(Nbd.REP_ACK);
+            // ... and no ClientHello: the server waits inside the TLS handshake.
+            stopper = Thread.ofPlatform().name("stopper").start(() -> server.stop(Duration.ofMinutes(10)));
+            stopper.join(TimeUnit.SECONDS.toMillis(20));
+            assertThat(stopper.isAlive()).as("the drain did not wait for the TLS handshake").isFalse();
+            assertThat(c.drainUntilClosed()).as("the client in its TLS handshake was closed").isTrue();
+        } finally {
+            server.stop(Duration.ZERO);
+        }
+        assertThat(server.drain().outcome().connections()).as("a handshake is no connection to drain").isZero();
+    }
 }
