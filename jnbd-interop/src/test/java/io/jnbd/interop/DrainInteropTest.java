@@ -1,6 +1,7 @@
 package io.jnbd.interop;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.jnbd.client.NbdClient;
 import io.jnbd.client.NbdErrorException;
@@ -47,66 +48,76 @@ class DrainInteropTest {
         Interop.run(java.time.Duration.ofSeconds(10), dir, "kill", "-TERM", Long.toString(server.pid())).assertSuccess();
     }
 
+    /**
+     * Writes take two seconds each in the export (filter=delay), so that writes sent once the drain has begun
+     * certainly reach a connection still open for the writes it had read before. Those it had read are answered
+     * (as many as the drain's line says), the others are refused with ESHUTDOWN, and nothing else happens to any.
+     */
     @Test
     void aClientWritingThroughSigtermGetsEveryWriteAnsweredAndEshutdownAfterTheDrainBegan() throws Exception {
         Path image = dir.resolve("disk.img");
-        int blocks = 4096; // 256 MiB of offsets; the client stops at the first ESHUTDOWN
-        server = JnbdServer.start(dir, "--drain-timeout", "20", "--export", "disk=file:" + image + ",size=" + (blocks * (long) BLOCK));
+        server = JnbdServer.start(dir, "--drain-timeout", "20",
+            "--export", "disk=file:" + image + ",size=16M,filter=delay,delay-write=2s");
         List<Integer> acknowledged = new ArrayList<>();
         List<Integer> refused = new ArrayList<>();
-        List<Throwable> other = new ArrayList<>();
+        List<CompletableFuture<Void>> beforeSignal = new ArrayList<>();
+        List<CompletableFuture<Void>> afterSignal = new ArrayList<>();
         try (NbdClient client = NbdClient.connect(server.uri("disk"))) {
-            List<CompletableFuture<Void>> window = new ArrayList<>();
+            // Eight FUA writes in flight, as a busy VM keeps them, each sent as soon as an earlier one is answered.
             int next = 0;
-            boolean signalled = false;
-            long sentAtSignal = -1;
-            // Eight writes in flight at all times, as a busy VM keeps them, until the server refuses one.
-            while (next < blocks && refused.isEmpty()) {
-                while (window.size() < 8 && next < blocks) {
-                    window.add(client.write((long) next * BLOCK, ByteBuffer.wrap(filled(BLOCK, next)), false));
-                    next++;
-                }
-                CompletableFuture<Void> oldest = window.removeFirst();
-                int block = next - window.size() - 1;
+            for (; next < 8; next++) beforeSignal.add(write(client, next));
+            while (acknowledged.size() < 8) {
+                beforeSignal.get(acknowledged.size()).get(60, TimeUnit.SECONDS);
+                acknowledged.add(acknowledged.size());
+                beforeSignal.add(write(client, next++));
+            }
+            sigterm();
+            awaitLog("drain: 1 connection with ");
+            for (int i = 0; i < 4; i++) afterSignal.add(write(client, next++));
+
+            // Sent before the signal: answered if the server had read it when the drain began, else refused.
+            for (int i = 8; i < beforeSignal.size(); i++) {
                 try {
-                    oldest.get(60, TimeUnit.SECONDS);
-                    acknowledged.add(block);
+                    beforeSignal.get(i).get(60, TimeUnit.SECONDS);
+                    acknowledged.add(i);
                 } catch (ExecutionException e) {
-                    if (e.getCause() instanceof NbdErrorException n && n.error() == Nbd.ESHUTDOWN) refused.add(block);
-                    else other.add(e.getCause());
-                }
-                if (!signalled && acknowledged.size() == 64) {
-                    sigterm();
-                    signalled = true;
-                    sentAtSignal = next;
+                    assertThat(e.getCause()).isInstanceOfSatisfying(NbdErrorException.class, n -> assertThat(n.error()).isEqualTo(Nbd.ESHUTDOWN));
+                    refused.add(i);
                 }
             }
-            for (int i = 0; i < window.size(); i++) {
-                int block = next - window.size() + i;
-                try {
-                    window.get(i).get(60, TimeUnit.SECONDS);
-                    acknowledged.add(block);
-                } catch (ExecutionException e) {
-                    if (e.getCause() instanceof NbdErrorException n && n.error() == Nbd.ESHUTDOWN) refused.add(block);
-                    // else: the server closed once it had answered what it read; this one was never read
-                }
+            for (int i = 0; i < afterSignal.size(); i++) {
+                CompletableFuture<Void> f = afterSignal.get(i);
+                assertThatThrownBy(() -> f.get(60, TimeUnit.SECONDS)).as("a write sent after the drain began")
+                    .cause().isInstanceOfSatisfying(NbdErrorException.class, e -> assertThat(e.error()).isEqualTo(Nbd.ESHUTDOWN));
+                refused.add(beforeSignal.size() + i);
             }
-            assertThat(signalled).isTrue();
-            assertThat(other).as("no write failed but with ESHUTDOWN").isEmpty();
-            assertThat(refused).as("writes sent after the drain began were refused with ESHUTDOWN").isNotEmpty();
-            assertThat(acknowledged).as("every write sent before the signal").containsAll(
-                java.util.stream.IntStream.range(0, 64).boxed().toList());
         }
         assertThat(server.process().waitFor(30, TimeUnit.SECONDS)).as("exited within the drain timeout; log:%n%s", server.log()).isTrue();
         assertThat(server.process().exitValue()).isZero();
         for (int block : acknowledged) {
-            assertThat(Interop.readAt(image, (long) block * BLOCK, BLOCK)).as("acknowledged write %d", block).containsOnly((byte) block);
+            assertThat(Interop.readAt(image, (long) block * BLOCK, BLOCK)).as("acknowledged write %d", block).containsOnly((byte) (block + 1));
         }
         for (int block : refused) {
             assertThat(Interop.readAt(image, (long) block * BLOCK, BLOCK)).as("refused write %d never reached the file", block).containsOnly((byte) 0);
         }
-        assertThat(server.log()).containsPattern("drain: 1 connection, \\d+ requests? answered, [1-9]\\d* refused with ESHUTDOWN, exports flushed, in \\d+ ms");
+        java.util.regex.Matcher m = java.util.regex.Pattern
+            .compile("drain: 1 connection, (\\d+) requests? answered, (\\d+) refused with ESHUTDOWN, exports flushed, in ").matcher(server.log());
+        assertThat(m.find()).as("the drain's line; log:%n%s", server.log()).isTrue();
+        assertThat(Integer.parseInt(m.group(1))).as("the writes in flight when the drain began, all answered").isEqualTo(acknowledged.size() - 8).isPositive();
+        assertThat(Integer.parseInt(m.group(2))).isEqualTo(refused.size());
         System.out.printf("drain: %d writes acknowledged, %d refused with ESHUTDOWN%n", acknowledged.size(), refused.size());
+    }
+
+    private static CompletableFuture<Void> write(NbdClient client, int block) {
+        return client.write((long) block * BLOCK, ByteBuffer.wrap(filled(BLOCK, block + 1)), true);
+    }
+
+    private void awaitLog(String text) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!server.log().contains(text)) {
+            assertThat(System.nanoTime()).as("'%s' in the log:%n%s", text, server.log()).isLessThan(deadline);
+            Thread.sleep(10);
+        }
     }
 
     @Test

@@ -97,7 +97,10 @@ final class Connection implements Runnable {
         return w == null ? 0 : w.inFlight();
     }
 
-    /** Stops reading new requests; requests already read are still served and answered. */
+    /**
+     * Stops reading new requests; requests already read are still served and answered, then the connection's view
+     * of its export is flushed and the connection closed. One still in its handshake is closed at once.
+     */
     void stopReading() {
         stopRequested = true;
         if (!transmitting) {
@@ -345,8 +348,18 @@ final class Connection implements Runnable {
             }
             return end;
         } finally {
+            // A drain closing this connection (Drain): what it was told is written goes to disk before it sees the close.
+            if (stopRequested && !aborted && !session.readOnly()) flushForShutdown(path.backend());
             // After the drain: the requests the view served are answered (or, past the drain's wait, abandoned).
             connectionEnded(path.backend());
+        }
+    }
+
+    private void flushForShutdown(io.jnbd.server.backend.Backend view) {
+        try {
+            view.flush();
+        } catch (IOException | RuntimeException e) {
+            log.error("{}: flush at shutdown failed: {}", peer, e.toString());
         }
     }
 }

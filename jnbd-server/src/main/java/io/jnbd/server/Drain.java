@@ -5,8 +5,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.LongAdder;
 import org.slf4j.Logger;
@@ -17,17 +19,17 @@ import org.slf4j.LoggerFactory;
  * requests in flight, answer later ones with {@code NBD_ESHUTDOWN}, then disconnect). The listeners are already
  * closed when it begins, and from that moment every request a connection reads is refused with
  * {@code NBD_ESHUTDOWN} (Connection#refuse) and every option of a client still in its handshake with
- * {@code NBD_REP_ERR_SHUTDOWN}. The drain then:
+ * {@code NBD_REP_ERR_SHUTDOWN}. Then, each connection on its own:
  * <ol>
- * <li>waits until every request read before it began has been answered: those are the requests in the
- *     connections' windows at its start, since a request takes its window share before it looks at the drain;</li>
- * <li>flushes every export, so that what a client was told is written is on disk when it sees the
- *     disconnect;</li>
- * <li>closes every connection: its replies leave first, then TLS's close_notify; clients still in their
- *     handshake (a TLS handshake included) are closed without waiting for them.</li>
+ * <li>once every request it had read before the drain began is answered (those are the requests in its window
+ *     at the start, since a request takes its window share before it looks at the drain), it stops reading,
+ *     sends what it owes, flushes its view of the export, and closes, TLS's close_notify last: a client that is
+ *     slow or stuck holds up no other;</li>
+ * <li>a client still in its handshake (a TLS handshake included) is closed as it is, once the connections in
+ *     transmission are done.</li>
  * </ol>
- * The timeout or {@link #cutShort} (a second signal) ends the wait at once: every connection is closed as it is,
- * and the server goes on to flush and close its exports as it always does.
+ * Then every export is flushed and closed. The timeout or {@link #cutShort} (a second signal) ends the waiting at
+ * once: the connections left are closed as they are, and the exports are still flushed and closed.
  */
 final class Drain {
     private static final Logger log = LoggerFactory.getLogger(Drain.class);
@@ -57,15 +59,15 @@ final class Drain {
                 + " refused with ESHUTDOWN"
                 + (abandoned > 0 ? ", " + abandoned + " connection" + (abandoned == 1 ? "" : "s")
                     + " closed with requests still in flight" : "")
-                + (flushed ? ", exports flushed" : "") + ", in " + millis + " ms";
+                + (flushed ? ", exports flushed" : ", an export's flush failed") + ", in " + millis + " ms";
         }
     }
 
     /**
      * Drains {@code connections} (the server's live set, which connections leave as they end) within
-     * {@code timeout}, flushing {@code exports} once their requests are answered; logs and returns what it did.
+     * {@code timeout}, then flushes and closes the exports of {@code exports}; logs and returns what it did.
      */
-    Outcome run(Collection<Connection> connections, Collection<Export> exports, Duration timeout) {
+    Outcome run(Collection<Connection> connections, ExportRegistry exports, Duration timeout) {
         long start = System.nanoTime();
         long deadline = start + Math.max(0, timeout.toNanos());
         int transmitting = 0;
@@ -80,28 +82,34 @@ final class Drain {
                 atStart += n;
             }
         }
-        while (!waiting.isEmpty() && !cutShort && System.nanoTime() < deadline) {
-            waiting.keySet().removeIf(c -> c.requestsInFlight() == 0 || !connections.contains(c));
-            if (!waiting.isEmpty()) pause();
+        log.info("drain: {} connection{} with {} request{} in flight; requests read from now on get ESHUTDOWN (timeout {} ms)",
+            transmitting, transmitting == 1 ? "" : "s", atStart, atStart == 1 ? "" : "s", timeout.toMillis());
+        Set<Connection> closing = new HashSet<>();
+        while (true) {
+            for (Connection c : connections) {
+                if (c.inTransmission() && !closing.contains(c) && c.requestsInFlight() == 0) {
+                    c.stopReading();
+                    closing.add(c);
+                    waiting.remove(c);
+                }
+            }
+            waiting.keySet().removeIf(c -> !connections.contains(c));
+            if (waiting.isEmpty() || cutShort || System.nanoTime() >= deadline) break;
+            pause();
         }
-        waiting.keySet().removeIf(c -> c.requestsInFlight() == 0 || !connections.contains(c));
         String cutBy = waiting.isEmpty() ? null
             : cutShort ? "cut short by a second signal" : "timed out after " + timeout.toMillis() + " ms";
         long unanswered = 0;
-        for (Connection c : waiting.keySet()) unanswered += Math.min(c.requestsInFlight(), waiting.get(c));
-        boolean flushed = false;
-        if (cutBy == null) {
-            flushed = flush(exports);
-            close(connections, deadline);
-        } else {
-            for (Connection c : connections) {
-                if (waiting.containsKey(c)) log.warn("{}: requests still in flight when the drain ended, closing", c.peer());
-                c.abort();
-            }
+        for (Map.Entry<Connection, Integer> w : waiting.entrySet()) {
+            unanswered += Math.min(w.getKey().requestsInFlight(), w.getValue());
+            log.warn("{}: requests still in flight when the drain ended, closing", w.getKey().peer());
+            w.getKey().abort();
         }
+        close(connections, deadline);
+        boolean flushed = closeExports(exports);
         var outcome = new Outcome(transmitting, atStart - unanswered, refused.sum(), waiting.size(), flushed,
             TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start), cutBy);
-        if (cutBy == null) log.info(outcome.describe());
+        if (cutBy == null && flushed) log.info(outcome.describe());
         else log.warn(outcome.describe());
         this.outcome = outcome;
         return outcome;
@@ -112,22 +120,9 @@ final class Drain {
         return outcome;
     }
 
-    private static boolean flush(Collection<Export> exports) {
-        boolean all = true;
-        for (Export e : exports) {
-            try {
-                e.backend().flush();
-            } catch (IOException | RuntimeException ex) {
-                all = false;
-                log.error("export '{}': flush during the drain failed: {}", e.name(), ex.toString());
-            }
-        }
-        return all;
-    }
-
     /**
-     * Ends every connection: one in transmission stops reading, sends what it owes and closes (TLS's close_notify
-     * first); one in its handshake is closed as it is. What is still open at the deadline is cut.
+     * Ends the connections left: those in their handshake, and any that reached transmission since; then waits for
+     * every one to be gone, cutting what is still open at the deadline (or at once, after a second signal).
      */
     private void close(Collection<Connection> connections, long deadline) {
         for (Connection c : connections) c.stopReading();
@@ -137,6 +132,21 @@ final class Drain {
             log.warn("{}: not closed by the end of the drain, cutting it", c.peer());
             c.abort();
         }
+    }
+
+    /** Flushes and closes every export still open; false if a flush failed. */
+    private static boolean closeExports(ExportRegistry exports) {
+        boolean all = true;
+        for (Export e : exports.stop()) {
+            try {
+                e.backend().flush();
+                e.backend().close();
+            } catch (IOException | RuntimeException ex) {
+                all = false;
+                log.error("export '{}': flush on shutdown failed: {}", e.name(), ex.toString());
+            }
+        }
+        return all;
     }
 
     /** Waits a moment; an interrupt ends the drain as a second signal would. */

@@ -255,8 +255,8 @@ public final class NbdServer implements AutoCloseable {
 
     /**
      * Stops accepting and drains the connections ({@link Drain}): the requests already read are answered, later
-     * ones get {@code NBD_ESHUTDOWN}, the exports are flushed and every connection closed, within
-     * {@code drainTimeout}; then the exports are flushed and closed. Idempotent: a second call returns at once
+     * ones get {@code NBD_ESHUTDOWN}, and each connection is flushed and closed once its requests are answered,
+     * within {@code drainTimeout}; then the exports are flushed and closed. Idempotent: a second call returns at once
      * (see {@link #endDrainNow} for ending a drain in progress).
      */
     public void stop(Duration drainTimeout) {
@@ -268,15 +268,7 @@ public final class NbdServer implements AutoCloseable {
             toClose = List.copyOf(listeners);
         }
         for (Listener l : toClose) l.close();
-        drain.run(connections, exports.all(), drainTimeout);
-        for (Export e : exports.stop()) {
-            try {
-                e.backend().flush();
-                e.backend().close();
-            } catch (IOException ex) {
-                log.error("export '{}': flush on shutdown failed: {}", e.name(), ex.toString());
-            }
-        }
+        drain.run(connections, exports, drainTimeout);
         io.shutdown();
         remote.shutdown();
         timers.shutdownNow();

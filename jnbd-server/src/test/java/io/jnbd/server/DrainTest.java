@@ -193,7 +193,29 @@ class DrainTest {
         assertThat(outcome.cutBy()).startsWith("timed out");
         assertThat(outcome.abandoned()).isEqualTo(1);
         assertThat(outcome.answered()).isZero();
-        assertThat(outcome.flushed()).isFalse();
+        assertThat(outcome.flushed()).as("the exports are flushed and closed all the same").isTrue();
+    }
+
+    @Test
+    void aConnectionStillBusyHoldsUpNoOther() throws Exception {
+        start();
+        try (RawClient busy = fx.open("e"); RawClient idle = fx.open("e"); RawClient answered = fx.open("e")) {
+            busy.send(new Request(0, Nbd.CMD_WRITE, 1, 0, SIZE), pattern(1, SIZE));
+            backend.awaitArrived(1);
+            assertThat(answered.read(SIZE, SIZE)).hasSize(SIZE); // (every write is held)
+            stopInBackground(Duration.ofMinutes(10));
+
+            assertThat(idle.drainUntilClosed()).as("an idle client is closed at once").isTrue();
+            assertThat(answered.drainUntilClosed()).as("a client whose requests are answered is closed at once").isTrue();
+            assertThat(stopper.isAlive()).as("while the drain still waits for the busy one").isTrue();
+
+            backend.release();
+            assertThat(busy.readReply().error()).isZero();
+            assertThat(busy.drainUntilClosed()).isTrue();
+        }
+        stopper.join(TimeUnit.SECONDS.toMillis(20));
+        assertThat(fx.server.drain().outcome().connections()).isEqualTo(3);
+        assertThat(fx.server.drain().outcome().cutBy()).isNull();
     }
 
     @Test
