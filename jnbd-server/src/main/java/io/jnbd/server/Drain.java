@@ -104,8 +104,9 @@ final class Drain {
             unanswered += Math.min(w.getKey().requestsInFlight(), w.getValue());
             log.warn("{}: requests still in flight when the drain ended, closing", w.getKey().peer());
             w.getKey().abort();
+            closing.add(w.getKey());
         }
-        close(connections, deadline);
+        close(connections, closing, deadline);
         boolean flushed = closeExports(exports);
         var outcome = new Outcome(transmitting, atStart - unanswered, refused.sum(), waiting.size(), flushed,
             TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start), cutBy);
@@ -121,11 +122,14 @@ final class Drain {
     }
 
     /**
-     * Ends the connections left: those in their handshake, and any that reached transmission since; then waits for
-     * every one to be gone, cutting what is still open at the deadline (or at once, after a second signal).
+     * Ends the connections not yet {@code closing}: those in their handshake, and any that reached transmission
+     * since; then waits for every one to be gone, cutting what is still open at the deadline (or at once, after a
+     * second signal).
      */
-    private void close(Collection<Connection> connections, long deadline) {
-        for (Connection c : connections) c.stopReading();
+    private void close(Collection<Connection> connections, Set<Connection> closing, long deadline) {
+        for (Connection c : connections) {
+            if (!closing.contains(c)) c.stopReading();
+        }
         while (!connections.isEmpty() && !cutShort && System.nanoTime() < deadline) pause();
         List<Connection> left = new ArrayList<>(connections);
         for (Connection c : left) {
