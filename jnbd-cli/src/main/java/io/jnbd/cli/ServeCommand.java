@@ -7,6 +7,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
+import org.slf4j.LoggerFactory;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
@@ -114,10 +115,16 @@ import picocli.CommandLine.Spec;
         "  nbdinfo 'nbds://127.0.0.1:10809/disk?tls-certificates=/etc/pki/jnbd-client'",
         "  nbdinfo 'nbds://alice@127.0.0.1:10809/scratch?tls-psk-file=/etc/jnbd/keys.psk'",
         "",
-        "SIGINT or SIGTERM: stop accepting, finish the requests in flight, flush,",
-        "exit 0. SIGHUP: read the --config file again and apply its exports and",
-        "default export (listeners, TLS and the other settings take a restart);",
-        "a file with a mistake is refused whole and the exports stay as they were."})
+        "SIGINT or SIGTERM: drain: stop accepting, answer the requests already read",
+        "(later ones get ESHUTDOWN), flush, close, exit 0, within --drain-timeout; a",
+        "second signal ends the drain at once. SIGHUP: read the --config file again",
+        "and apply its exports and default export (listeners, TLS and the other",
+        "settings take a restart); a file with a mistake is refused whole and the",
+        "exports stay as they were.",
+        "",
+        "Under systemd's socket activation (LISTEN_FDS), the sockets systemd passes",
+        "are served instead of --listen and --unix: docs/examples/systemd/ has the",
+        "unit files."})
 public final class ServeCommand implements Callable<Integer> {
     // The option fields hold the command line as picocli parsed it, and are never read directly: ServeSettings
     // reads them through picocli's model, merged with the config file, so that every option is also a key of
@@ -185,6 +192,12 @@ public final class ServeCommand implements Callable<Integer> {
             + "for this long, giving back the buffers it holds; clients idle between requests stay "
             + "(default ${DEFAULT-VALUE})")
     int receiveTimeout;
+
+    @Option(names = "--drain-timeout", paramLabel = "SECONDS", defaultValue = "30",
+        description = "at SIGTERM or SIGINT, wait this long for the requests already read to be answered (later "
+            + "ones get ESHUTDOWN) before closing every connection; a second signal ends the wait at once; 0 closes "
+            + "at once (default ${DEFAULT-VALUE})")
+    int drainTimeout;
 
     @Option(names = "--backlog", paramLabel = "N",
         description = "connections the kernel queues before the server accepts them (default: the system's "
@@ -269,7 +282,7 @@ public final class ServeCommand implements Callable<Integer> {
         try {
             serving = Serving.open(spec, settings);
             // Before the first listener: a SIGTERM that arrives as soon as the port accepts must still exit 0.
-            installSignalHandlers(serving);
+            installSignalHandlers(serving, Duration.ofSeconds(settings.integer("drain-timeout")));
             if (serving.listen()) {
                 spec.commandLine().getOut().print(serving.banner());
                 spec.commandLine().getOut().flush();
@@ -289,15 +302,23 @@ public final class ServeCommand implements Callable<Integer> {
     }
 
     /**
-     * SIGINT and SIGTERM mean a clean stop with exit status 0, not the JVM's 130/143; SIGHUP a reload instead of
-     * the JVM's exit. sun.misc.Signal is in the exported jdk.unsupported module: no --add-exports needed.
+     * SIGINT and SIGTERM mean a drain and exit status 0, not the JVM's 130/143; a second one ends the drain at once
+     * (systemd's stop sends one SIGTERM, an impatient operator a second). SIGHUP means a reload instead of the
+     * JVM's exit. sun.misc.Signal is in the exported jdk.unsupported module: no --add-exports needed.
      */
     @SuppressWarnings("restriction")
-    private static void installSignalHandlers(Serving serving) {
+    private static void installSignalHandlers(Serving serving, Duration drainTimeout) {
+        var signals = new java.util.concurrent.atomic.AtomicInteger();
         for (String name : List.of("INT", "TERM")) {
             try {
-                sun.misc.Signal.handle(new sun.misc.Signal(name), sig ->
-                    Thread.ofPlatform().name("jnbd-shutdown").start(() -> serving.stop(Duration.ofSeconds(30))));
+                sun.misc.Signal.handle(new sun.misc.Signal(name), sig -> {
+                    if (signals.getAndIncrement() == 0) {
+                        Thread.ofPlatform().name("jnbd-shutdown").start(() -> serving.stop(drainTimeout));
+                    } else {
+                        LoggerFactory.getLogger(ServeCommand.class).warn("SIG{} again: ending the drain now", sig.getName());
+                        serving.server().endDrainNow();
+                    }
+                });
             } catch (IllegalArgumentException e) {
                 // signal not available on this platform: the JVM's default handling applies
             }

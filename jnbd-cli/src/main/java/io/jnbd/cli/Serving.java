@@ -11,6 +11,8 @@ import io.jnbd.server.ReloadableExports;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.ServerTls;
 import io.jnbd.server.control.ControlEndpoint;
+import io.jnbd.server.net.Listener;
+import io.jnbd.server.net.SocketActivation;
 import io.jnbd.tls.TlsConfigException;
 import java.io.IOException;
 import java.net.BindException;
@@ -176,6 +178,28 @@ final class Serving {
      * stopped (a signal) before all were open.
      */
     boolean listen() throws StartFailed {
+        List<Listener> passed;
+        try {
+            passed = SocketActivation.inherited();
+        } catch (SocketActivation.Unusable e) {
+            server.stop(Duration.ZERO);
+            closeEndpoints();
+            throw new StartFailed(1, "socket activation: " + e.getMessage());
+        }
+        if (!passed.isEmpty()) {
+            // systemd bound the sockets and keeps them across restarts: they replace --listen and --unix.
+            log.info("socket activation: serving the {} socket(s) passed (LISTEN_FDS); --listen and --unix are not bound",
+                passed.size());
+            for (Listener l : passed) {
+                try {
+                    bound.add(server.serve(l));
+                } catch (IOException e) {
+                    return false; // stopping already: serve closed it
+                }
+            }
+            startStats();
+            return true;
+        }
         for (SocketAddress a : started.addresses()) {
             try {
                 bound.add(server.listen(a));
@@ -187,9 +211,13 @@ final class Serving {
                     + (e instanceof BindException ? e.getMessage().replace(" (Bind failed)", "") : describe(e)));
             }
         }
+        startStats();
+        return true;
+    }
+
+    private void startStats() {
         int stats = started.integer("stats-interval");
         if (stats > 0) server.reportStatsEvery(Duration.ofSeconds(stats));
-        return true;
     }
 
     NbdServer server() {

@@ -33,6 +33,7 @@ final class SettingChecks {
         Map.entry("handshake-timeout", POSITIVE),
         Map.entry("send-timeout", POSITIVE),
         Map.entry("receive-timeout", POSITIVE),
+        Map.entry("drain-timeout", NOT_NEGATIVE),
         Map.entry("backlog", POSITIVE),
         Map.entry("max-connections", POSITIVE),
         Map.entry("operator-slots", NOT_NEGATIVE),

@@ -51,6 +51,8 @@ final class Connection implements Runnable {
     private volatile String dropReason;
     private volatile ReplyWriter writer;
     private volatile Intake intake;
+    /** The transmission phase's window, once it has begun: what a drain watches (requestsInFlight). */
+    private volatile Window window;
     private volatile java.util.concurrent.Future<?> handshakeTimer;
 
     Connection(NbdServer server, Transport socket, String peer, InetAddress address, Handshake.Refusal refused) {
@@ -86,7 +88,19 @@ final class Connection implements Runnable {
         return refused == null;
     }
 
-    /** Stops reading new requests; requests already read are still served and answered. */
+    /**
+     * Requests this connection has read and not yet answered in full; 0 before the transmission phase. A request
+     * refused during a drain does not count (see {@link #refuse}).
+     */
+    int requestsInFlight() {
+        Window w = window;
+        return w == null ? 0 : w.inFlight();
+    }
+
+    /**
+     * Stops reading new requests; requests already read are still served and answered, then the connection's view
+     * of its export is flushed and the connection closed. One still in its handshake is closed at once.
+     */
     void stopReading() {
         stopRequested = true;
         if (!transmitting) {
@@ -225,10 +239,23 @@ final class Connection implements Runnable {
         return b.toString();
     }
 
+    /**
+     * Answers a request read after the server began to drain with NBD_ESHUTDOWN, the spec's "reconnect later":
+     * its payload is read and dropped, nothing reaches the export, and its window share goes back at once.
+     */
+    private void refuse(InFlight f, Intake in, Window window, Dispatcher dispatcher, Replies replies) throws IOException {
+        window.release(f);
+        server.drain().refused();
+        Request r = f.request;
+        if (r.hasPayload() && r.length() > 0) in.discard(r.length());
+        dispatcher.emit(replies.refusal(r));
+    }
+
     /** Reads requests until DISC, EOF or a protocol error; returns why it ended. */
     private String transmission(Session session) throws IOException, ProtocolException, InterruptedException {
         ServerConfig config = server.config();
         Window window = new Window(config.requestsInFlight(), stats);
+        this.window = window;
         RequestValidator validator = new RequestValidator(session);
         Intake in = new Intake(transport, server.inputBuffers(), config.busyPoll().toNanos(), config.receiveTimeout());
         intake = in;
@@ -285,6 +312,12 @@ final class Connection implements Runnable {
                         dispatcher.emit(replies.error(f, error, RequestValidator.message(r, error)));
                         continue;
                     }
+                    // Checked after the window share is taken: a request that saw no drain is in the window the
+                    // drain watches, so the drain waits for it (Drain). The one cost of the drain per request.
+                    if (server.stopping()) {
+                        refuse(f, in, window, dispatcher, replies);
+                        continue;
+                    }
                     if (dispatcher.inPieces(f)) {
                         submit.run(); // what came before goes first: this request's pieces may take a while
                         dispatcher.serveInPieces(f, in, leaser);
@@ -315,8 +348,18 @@ final class Connection implements Runnable {
             }
             return end;
         } finally {
+            // A drain closing this connection (Drain): what it was told is written goes to disk before it sees the close.
+            if (stopRequested && !aborted && !session.readOnly()) flushForShutdown(path.backend());
             // After the drain: the requests the view served are answered (or, past the drain's wait, abandoned).
             connectionEnded(path.backend());
+        }
+    }
+
+    private void flushForShutdown(io.jnbd.server.backend.Backend view) {
+        try {
+            view.flush();
+        } catch (IOException | RuntimeException e) {
+            log.error("{}: flush at shutdown failed: {}", peer, e.toString());
         }
     }
 }

@@ -59,6 +59,7 @@ public final class NbdServer implements AutoCloseable {
     private final AtomicLong connectionIds = new AtomicLong();
     private final ServerStats stats = new ServerStats();
     private volatile boolean stopping;
+    private final Drain drain = new Drain();
     private final Object stopLock = new Object();
     private boolean stopped;
 
@@ -103,6 +104,7 @@ public final class NbdServer implements AutoCloseable {
     }
     public ServerStats stats() { return stats; }
     boolean stopping() { return stopping; }
+    Drain drain() { return drain; }
 
     /** True once {@link #stop} has begun. */
     public boolean isStopping() { return stopping; }
@@ -112,7 +114,14 @@ public final class NbdServer implements AutoCloseable {
         synchronized (stopLock) {
             if (stopping) throw new IOException("server is stopping");
         }
-        Listener listener = Listener.bind(address, config.backlog());
+        return serve(Listener.bind(address, config.backlog()));
+    }
+
+    /**
+     * Starts accepting on a listener bound elsewhere (see {@link io.jnbd.server.net.SocketActivation}); the server
+     * owns it from now on, and closes it even if it is stopping already.
+     */
+    public SocketAddress serve(Listener listener) throws IOException {
         synchronized (stopLock) {
             // stop() may have run while we were binding; it could not close what it did not see.
             if (stopping) {
@@ -123,8 +132,8 @@ public final class NbdServer implements AutoCloseable {
         }
         SocketAddress bound = listener.address();
         Thread.ofPlatform().name("jnbd-accept-" + bound).start(() -> acceptLoop(listener));
-        log.info("listening on {} (backlog {})", describe(bound),
-            config.backlog() > 0 ? config.backlog() : Listener.systemBacklog());
+        if (listener.activated()) log.info("listening on {}", listener.describe());
+        else log.info("listening on {} (backlog {})", describe(bound), config.backlog() > 0 ? config.backlog() : Listener.systemBacklog());
         return bound;
     }
 
@@ -232,16 +241,25 @@ public final class NbdServer implements AutoCloseable {
         return admission.admitted();
     }
 
+    /** Requests read and not yet answered, over every connection. */
+    int requestsInFlight() {
+        int n = 0;
+        for (Connection c : connections) n += c.requestsInFlight();
+        return n;
+    }
+
     /** Receive buffers lent to connections right now (0 when every connection is idle). */
     public int inputBuffersInUse() {
         return inputs.inUse();
     }
 
     /**
-     * Stops accepting, lets every connection finish the requests it has already read (waiting up to
-     * {@code grace}), flushes and closes the exports. Idempotent.
+     * Stops accepting and drains the connections ({@link Drain}): the requests already read are answered, later
+     * ones get {@code NBD_ESHUTDOWN}, and each connection is flushed and closed once its requests are answered,
+     * within {@code drainTimeout}; then the exports are flushed and closed. Idempotent: a second call returns at once
+     * (see {@link #endDrainNow} for ending a drain in progress).
      */
-    public void stop(Duration grace) {
+    public void stop(Duration drainTimeout) {
         List<Listener> toClose;
         synchronized (stopLock) {
             if (stopped) return;
@@ -250,28 +268,7 @@ public final class NbdServer implements AutoCloseable {
             toClose = List.copyOf(listeners);
         }
         for (Listener l : toClose) l.close();
-        for (Connection c : connections) c.stopReading();
-        long deadline = System.nanoTime() + grace.toNanos();
-        while (!connections.isEmpty() && System.nanoTime() < deadline) {
-            try {
-                Thread.sleep(20);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                break;
-            }
-        }
-        for (Connection c : connections) {
-            log.warn("{}: still busy after {}s, closing", c.peer(), grace.toSeconds());
-            c.abort();
-        }
-        for (Export e : exports.stop()) {
-            try {
-                e.backend().flush();
-                e.backend().close();
-            } catch (IOException ex) {
-                log.error("export '{}': flush on shutdown failed: {}", e.name(), ex.toString());
-            }
-        }
+        drain.run(connections, exports, drainTimeout);
         io.shutdown();
         remote.shutdown();
         timers.shutdownNow();
@@ -279,6 +276,14 @@ public final class NbdServer implements AutoCloseable {
             stopLock.notifyAll();
         }
         log.info("stopped");
+    }
+
+    /**
+     * Ends a drain in progress at once, or the next one as soon as it starts: its connections are closed as they
+     * are, and the exports are flushed and closed. What a second SIGTERM does.
+     */
+    public void endDrainNow() {
+        drain.cutShort();
     }
 
     /** Blocks until {@link #stop} has completed. */

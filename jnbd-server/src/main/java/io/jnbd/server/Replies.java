@@ -66,7 +66,18 @@ final class Replies {
     }
 
     ReplyWriter.Part error(InFlight f, int error, String message) {
-        Request r = f.request;
+        return error(f.request, error, message, f);
+    }
+
+    /**
+     * NBD_ESHUTDOWN for a request read after the server began to drain. It completes nothing: the request gave its
+     * window share back when it was refused (Window#release).
+     */
+    ReplyWriter.Part refusal(Request r) {
+        return error(r, Nbd.ESHUTDOWN, "server is shutting down", null);
+    }
+
+    private ReplyWriter.Part error(Request r, int error, String message, InFlight completes) {
         stats.error(error);
         ByteBuffer h;
         if (session.structuredReplies()) {
@@ -77,7 +88,7 @@ final class Replies {
             h = ByteBuffer.allocate(Nbd.SIMPLE_REPLY_SIZE);
             SimpleReply.encode(h, error, r.cookie());
         }
-        return ReplyWriter.Part.of(h.flip(), f);
+        return ReplyWriter.Part.of(h.flip(), completes);
     }
 
     /** A failed chunk of a split read: an error chunk naming its offset; {@code completes} is set on the last. */

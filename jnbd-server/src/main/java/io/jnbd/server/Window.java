@@ -58,6 +58,15 @@ final class Window {
         stats.completed(f.timing, System.nanoTime());
     }
 
+    /**
+     * Gives back a request's share at once, without counting it as served: a request refused during a drain,
+     * whose reply then completes nothing (see Replies#refusal), so that the drain sees only what it waits for.
+     */
+    void release(InFlight f) {
+        if (f.bytePermits > 0) bytes.release(f.bytePermits);
+        requests.release();
+    }
+
     /** Requests read and not yet answered in full. */
     int inFlight() {
         return size - requests.availablePermits();

@@ -165,6 +165,15 @@ public final class NativeSocket {
      * without it the caller keeps to the JDK's own calls.
      */
     public static int fd(java.nio.channels.SocketChannel channel) {
+        return fdOf(channel);
+    }
+
+    /** The descriptor behind a JDK server socket channel, or -1; as {@link #fd(java.nio.channels.SocketChannel)}. */
+    public static int fd(java.nio.channels.ServerSocketChannel channel) {
+        return fdOf(channel);
+    }
+
+    private static int fdOf(java.nio.channels.Channel channel) {
         if (FD_VAL == null) return -1;
         try {
             return (int) FD_VAL.invoke(channel);

@@ -20,13 +20,41 @@ public final class Listener implements AutoCloseable {
     private static final Path SOMAXCONN = Path.of("/proc/sys/net/core/somaxconn");
 
     private final ServerSocketChannel channel;
+    /** The socket file this listener created, removed at close; null for TCP and for a socket it was given. */
     private final Path unixPath;
     private final SocketAddress bound;
+    /** Null for a socket bound here; for one passed by socket activation, its name there (or "" without one). */
+    private final String activationName;
 
     private Listener(ServerSocketChannel channel, Path unixPath) throws IOException {
+        this(channel, unixPath, channel.getLocalAddress(), null);
+    }
+
+    private Listener(ServerSocketChannel channel, Path unixPath, SocketAddress bound, String activationName) {
         this.channel = channel;
         this.unixPath = unixPath;
-        this.bound = channel.getLocalAddress();
+        this.bound = bound;
+        this.activationName = activationName;
+    }
+
+    /**
+     * A listener on a socket someone else bound ({@link SocketActivation}): {@code address} is where it listens,
+     * and its socket file, if any, is not this listener's to remove.
+     */
+    static Listener adopt(ServerSocketChannel channel, SocketAddress address, String name) {
+        return new Listener(channel, null, address, name == null ? "" : name);
+    }
+
+    /** Whether the socket was passed by socket activation rather than bound here. */
+    public boolean activated() {
+        return activationName != null;
+    }
+
+    /** How the log names it: its address, and for a passed socket where it came from. */
+    public String describe() {
+        String where = bound instanceof java.net.InetSocketAddress inet ? inet.getHostString() + ":" + inet.getPort() : String.valueOf(bound);
+        if (activationName == null) return where;
+        return where + " (passed by socket activation" + (activationName.isEmpty() ? "" : ", " + activationName) + ")";
     }
 
     /**
