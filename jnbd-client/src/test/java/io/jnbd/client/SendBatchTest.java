@@ -8,13 +8,10 @@ import io.jnbd.server.Exports;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.backend.MemoryBackend;
-import io.jnbd.server.io.NativeSocket;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -32,7 +29,6 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(60)
 class SendBatchTest {
-    private static final int O_NONBLOCK = 04000;
     private static final int BLOCK = 4096;
 
     private NbdServer server;
@@ -91,7 +87,7 @@ class SendBatchTest {
             }
         });
         for (SocketChannel ch : client.channels()) {
-            assertThat(fileStatusFlags(ch) & O_NONBLOCK).as("O_NONBLOCK on the client's socket").isZero();
+            assertThat(Tests.fileStatusFlags(ch) & Tests.O_NONBLOCK).as("O_NONBLOCK on the client's socket").isZero();
         }
     }
 
@@ -205,14 +201,5 @@ class SendBatchTest {
     private static ByteBuffer fill(ByteBuffer b, int seed) {
         for (int j = 0; j < BLOCK; j += 4) b.putInt(seed * 7919 + j);
         return b;
-    }
-
-    private static int fileStatusFlags(SocketChannel ch) throws Exception {
-        int fd = NativeSocket.fd(ch);
-        assertThat(fd).as("the socket's descriptor").isNotNegative();
-        for (String line : Files.readAllLines(Path.of("/proc/self/fdinfo/" + fd))) {
-            if (line.startsWith("flags:")) return Integer.parseInt(line.substring(6).strip(), 8);
-        }
-        throw new AssertionError("no flags line for fd " + fd);
     }
 }

@@ -1,5 +1,9 @@
 package io.jnbd.client;
 
+import io.jnbd.server.io.NativeSocket;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.concurrent.TimeUnit;
 
 /** Helpers shared by the client's tests. */
@@ -21,5 +25,18 @@ final class Tests {
             }
         }
         throw new AssertionError(t.getName() + " neither finished nor waited within 10 s: " + t.getState());
+    }
+
+    /** O_NONBLOCK in a file's status flags. */
+    static final int O_NONBLOCK = 04000;
+
+    /** The open file description's flags of {@code ch}'s socket, as /proc/self/fdinfo shows them (octal). */
+    static int fileStatusFlags(SocketChannel ch) throws Exception {
+        int fd = NativeSocket.fd(ch);
+        if (fd < 0) throw new AssertionError("no descriptor for " + ch);
+        for (String line : Files.readAllLines(Path.of("/proc/self/fdinfo/" + fd))) {
+            if (line.startsWith("flags:")) return Integer.parseInt(line.substring(6).strip(), 8);
+        }
+        throw new AssertionError("no flags line for fd " + fd);
     }
 }

@@ -7,13 +7,10 @@ import io.jnbd.server.Exports;
 import io.jnbd.server.NbdServer;
 import io.jnbd.server.ServerConfig;
 import io.jnbd.server.backend.MemoryBackend;
-import io.jnbd.server.io.NativeSocket;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -28,7 +25,6 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(60)
 class VirtualThreadCallerTest {
-    private static final int O_NONBLOCK = 04000;
 
     @Test
     void socketsStayBlockingWhenVirtualThreadsConnectAndSubmit() throws Exception {
@@ -61,21 +57,11 @@ class VirtualThreadCallerTest {
                 assertThat(failed.get()).as("I/O from the virtual thread").isNull();
                 assertThat(c.channels()).isNotEmpty();
                 for (SocketChannel ch : c.channels()) {
-                    assertThat(fileStatusFlags(ch) & O_NONBLOCK).as("O_NONBLOCK on the client's socket").isZero();
+                    assertThat(Tests.fileStatusFlags(ch) & Tests.O_NONBLOCK).as("O_NONBLOCK on the client's socket").isZero();
                 }
             }
         } finally {
             server.stop(Duration.ofSeconds(5));
         }
-    }
-
-    /** The open file description's flags, as /proc/self/fdinfo shows them (octal). */
-    private static int fileStatusFlags(SocketChannel ch) throws Exception {
-        int fd = NativeSocket.fd(ch);
-        assertThat(fd).as("the socket's descriptor").isNotNegative();
-        for (String line : Files.readAllLines(Path.of("/proc/self/fdinfo/" + fd))) {
-            if (line.startsWith("flags:")) return Integer.parseInt(line.substring(6).strip(), 8);
-        }
-        throw new AssertionError("no flags line for fd " + fd);
     }
 }
