@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
@@ -27,8 +26,8 @@ final class NativeSend {
     static final boolean AVAILABLE;
     private static final MethodHandle SENDMSG;
     private static final MethodHandle POLL;
-    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+    private static final StructLayout CAPTURE = Splice.CAPTURE;
+    private static final VarHandle ERRNO = Splice.ERRNO;
 
     private static final int MSG_DONTWAIT = 0x40;
     private static final int MSG_NOSIGNAL = 0x4000;
@@ -136,7 +135,7 @@ final class NativeSend {
                 int errno = (int) ERRNO.get(state, 0L);
                 if (errno == EINTR) continue;
                 if (errno == EAGAIN) return 0;
-                throw error(errno);
+                throw Splice.error("sendmsg", errno);
             }
             long left = sent;
             for (int b = first; b < bufs.length && left > 0; b++) {
@@ -160,21 +159,11 @@ final class NativeSend {
         pollFd.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
         try {
             int r = (int) POLL.invokeExact(state, pollFd, 1L, 1000);
-            if (r < 0 && (int) ERRNO.get(state, 0L) != EINTR) throw error((int) ERRNO.get(state, 0L));
+            if (r < 0 && (int) ERRNO.get(state, 0L) != EINTR) throw Splice.error("poll", (int) ERRNO.get(state, 0L));
         } catch (IOException e) {
             throw e;
         } catch (Throwable t) {
             throw new IOException("poll: " + t, t);
         }
-    }
-
-    private static IOException error(int errno) {
-        String name = switch (errno) {
-            case 9 -> "EBADF (the connection was closed)";
-            case 32 -> "EPIPE (the peer closed the connection)";
-            case 104 -> "ECONNRESET (connection reset by peer)";
-            default -> "errno " + errno;
-        };
-        return new IOException("sendmsg failed: " + name);
     }
 }

@@ -31,8 +31,9 @@ final class Splice implements AutoCloseable {
     private static final MethodHandle FCNTL;
     private static final MethodHandle CLOSE;
     private static final java.lang.reflect.Method FD_VAL;
-    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+    /** The errno a downcall captures; NativeSend uses them too. */
+    static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
+    static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
 
     private static final int SPLICE_F_MOVE = 1;
     private static final int SPLICE_F_MORE = 4;
@@ -142,7 +143,7 @@ final class Splice implements AutoCloseable {
         }
     }
 
-    private static IOException error(String what, int errno) {
+    static IOException error(String what, int errno) {
         String name = switch (errno) {
             case 9 -> "EBADF (the connection was closed)";
             case 11 -> "EAGAIN (the socket is in non-blocking mode)";

@@ -169,18 +169,29 @@ public final class FileBackend implements Backend {
         return identity;
     }
 
-    /** Device and inode in hex; the file key's text where the file system has no unix view; null if neither. */
+    /**
+     * A digest of the device and inode (of the file key's text where the file system has no unix view); null if
+     * neither. Digested because any client may ask for it, and it has no business learning the server's numbers.
+     */
     private static String identityOf(Path path) {
+        String raw;
         try {
             var unix = Files.readAttributes(path, "unix:dev,ino");
-            return String.format("%016x%016x", (Long) unix.get("dev"), (Long) unix.get("ino"));
-        } catch (IOException | UnsupportedOperationException | IllegalArgumentException | ClassCastException e) {
+            raw = unix.get("dev") + ":" + unix.get("ino");
+        } catch (IOException | UnsupportedOperationException | IllegalArgumentException e) {
             try {
                 Object key = Files.readAttributes(path, BasicFileAttributes.class).fileKey();
-                return key == null ? null : java.util.HexFormat.of().formatHex(key.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+                if (key == null) return null;
+                raw = key.toString();
             } catch (IOException again) {
                 return null;
             }
+        }
+        try {
+            byte[] d = java.security.MessageDigest.getInstance("SHA-256").digest(raw.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            return java.util.HexFormat.of().formatHex(d, 0, 16);
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new AssertionError("every JDK has SHA-256", e);
         }
     }
 
