@@ -8,7 +8,7 @@
  * for moving the bytes at all, so a target that this server misses cannot be met by any server that
  * moves the same bytes the same way over the same loopback.
  *
- *   floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] FILE
+ *   floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] [-f] FILE
  *     -p PORT    listen on 127.0.0.1:PORT (default 10899)
  *     -b SNDBUF  SO_SNDBUF in bytes; 0 leaves the kernel's autotuning (default 262144, jnbd's for loopback)
  *     -r RCVBUF  SO_RCVBUF in bytes (default 0: the kernel's autotuning)
@@ -18,6 +18,8 @@
  *     -s         agree to structured replies when the client asks (fio's libnbd does, and nbdkit and jnbd
  *                agree): each read is then answered by one OFFSET_DATA chunk, which costs the client more
  *                to parse than a simple reply; without -s the comparison flatters small reads
+ *     -f         a child process per connection (nbd-server's model), so that many clients are served at once
+ *                (bench/boot's storm); children are reaped as they end, so their CPU counts in the parent's
  *
  * Built by bench/peers with `cc -O2 -pthread` when SERVERS names it.
  */
@@ -39,6 +41,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NBDMAGIC 0x4e42444d41474943ULL
@@ -333,19 +336,31 @@ static void serve(int s, char *buf, char *small) {
     pthread_join(t, NULL);
 }
 
+static int fork_each;
+
+static void reap(int sig) {
+    (void) sig;
+    int saved = errno;
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    errno = saved;
+}
+
 int main(int argc, char **argv) {
     int port = 10899, sndbuf = 262144, rcvbuf = 0, c;
-    while ((c = getopt(argc, argv, "p:b:r:lts")) != -1) {
+    while ((c = getopt(argc, argv, "p:b:r:ltsf")) != -1) {
         if (c == 'p') port = atoi(optarg);
         else if (c == 'b') sndbuf = atoi(optarg);
         else if (c == 'r') rcvbuf = atoi(optarg);
         else if (c == 'l') use_lowat = 1;
         else if (c == 't') two_threads = 1;
         else if (c == 's') offer_structured = 1;
-        else { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] FILE\n"); return 2; }
+        else if (c == 'f') fork_each = 1;
+        else { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] [-f] FILE\n"); return 2; }
     }
-    if (optind != argc - 1) { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] FILE\n"); return 2; }
+    if (optind != argc - 1) { fprintf(stderr, "usage: floor [-p PORT] [-b SNDBUF] [-r RCVBUF] [-l] [-t] [-s] [-f] FILE\n"); return 2; }
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = { .sa_handler = reap, .sa_flags = SA_RESTART };
+    sigaction(SIGCHLD, &sa, NULL);
     file_fd = open(argv[optind], O_RDWR);
     if (file_fd < 0) die(argv[optind]);
     struct stat st;
@@ -357,7 +372,7 @@ int main(int argc, char **argv) {
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(ls, (struct sockaddr *) &a, sizeof a) || listen(ls, 16)) die("listen");
+    if (bind(ls, (struct sockaddr *) &a, sizeof a) || listen(ls, 128)) die("listen");
     char *buf = aligned_alloc(4096, MAX_LEN), *small = aligned_alloc(4096, 65536);
     for (int i = 0; i < SLOTS; i++) ring_buf[i] = two_threads ? aligned_alloc(4096, MAX_LEN) : NULL;
     if (!buf || !small) die("alloc");
@@ -370,6 +385,13 @@ int main(int argc, char **argv) {
         setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (sndbuf > 0) setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         if (rcvbuf > 0) setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+        if (fork_each) {
+            pid_t child = fork();
+            if (child == 0) { close(ls); serve(s, buf, small); _exit(0); }
+            if (child < 0) die("fork");
+            close(s);
+            continue;
+        }
         serve(s, buf, small);
         close(s);
     }
