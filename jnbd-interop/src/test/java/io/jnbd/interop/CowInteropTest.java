@@ -14,7 +14,8 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * Per-client cow overlays (cow-overlay=client) of bin/jnbd serve, through real clients: qemu-io patterns, nbdcopy with
  * four connections of one client (multi-conn), fio verify; two clients' overlays isolated, each kept across a restart
- * of the server, and the base file unchanged; a client's read-only view (EXPORT/NAME@ro) read by nbdcopy.
+ * of the server, and the base file unchanged; a client's read-only view (EXPORT/NAME@ro) read by nbdcopy; the export
+ * alone, the base read-only, so that nbdinfo --list can open it.
  */
 @Timeout(300)
 class CowInteropTest {
@@ -42,7 +43,7 @@ class CowInteropTest {
     @Test
     void clientsHaveIsolatedPersistentOverlaysOverAnUnchangedBase() throws Exception {
         Interop.requireEnabled();
-        Interop.requireCommands("qemu-io", "nbdcopy", "fio");
+        Interop.requireCommands("qemu-io", "nbdcopy", "fio", "nbdinfo");
         Path base = dir.resolve("base.img"), source = dir.resolve("src.img");
         Interop.writeRandomImage(base, SIZE, 1);
         Interop.writeRandomImage(source, SIZE, 2);
@@ -83,6 +84,10 @@ class CowInteropTest {
             assertThat(q.output()).as("pc1 after a restart: %s", q).doesNotContainIgnoringCase("failed");
             Interop.Result bad = Interop.run(T, dir, "qemu-io", "-f", "raw", server.uri("boot/a..b"), "-c", "read 0 512");
             assertThat(bad.toString()).as("a bad overlay name").containsIgnoringCase("overlay name not allowed");
+            // nbdinfo --list opens every export it lists: the export alone is the base, read-only
+            String list = Interop.run(T, dir, "nbdinfo", "--list", "nbd://127.0.0.1:" + server.port()).assertSuccess().output();
+            assertThat(list).as("nbdinfo --list").contains("export=\"boot\"").contains("is_read_only: true");
+            assertThat(Files.mismatch(base, copyOut(server, "boot", "bare.img"))).as("the export alone reads the base").isEqualTo(-1L);
         } finally {
             server.stop();
         }

@@ -322,7 +322,7 @@ final class Handshake {
         int flags = export.transmissionFlags(structured);
         String viewName = asked.length() > export.name().length() && asked.startsWith(export.name() + "/")
             ? asked.substring(export.name().length() + 1) : null;
-        NamedViews views = viewName == null ? null : FilterBackend.find(export.backend(), NamedViews.class);
+        NamedViews views = FilterBackend.find(export.backend(), NamedViews.class);
         if (export.access().readOnlyFor(client) || views != null && views.readOnly(viewName)) {
             // Only the commands that change data go; FLUSH and FUA are harmless on a disk the client cannot write.
             flags = (flags | Nbd.FLAG_READ_ONLY) & ~(Nbd.FLAG_SEND_TRIM | Nbd.FLAG_SEND_WRITE_ZEROES | Nbd.FLAG_SEND_FAST_ZERO);

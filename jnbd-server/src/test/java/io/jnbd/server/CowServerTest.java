@@ -81,7 +81,7 @@ class CowServerTest {
     @Test
     void badOverlayNamesAreRefusedAtGoWithAMessage() throws IOException {
         try (ServerFixture f = serve("client")) {
-            for (String bad : List.of("boot/a/b", "boot/..", "boot/x..y", "boot/.", "boot/tab\there", "boot/" + "n".repeat(256), "boot/", "boot")) {
+            for (String bad : List.of("boot/a/b", "boot/..", "boot/x..y", "boot/.", "boot/tab\there", "boot/" + "n".repeat(256), "boot/")) {
                 try (RawClient c = RawClient.connect(f.address)) {
                     c.greeting();
                     c.clientFlags(Nbd.FLAG_C_FIXED_NEWSTYLE | Nbd.FLAG_C_NO_ZEROES);
@@ -96,6 +96,28 @@ class CowServerTest {
             }
         }
         assertThat(Files.exists(dir.resolve("cow/clients/x..y"))).isFalse();
+    }
+
+    @Test
+    void theExportAloneIsTheBaseReadOnlyWhateverTheOverlaysHold() throws Exception {
+        byte[] baseBytes = java.util.Arrays.copyOf(pattern(42, 4 * MIB), 8192);
+        try (ServerFixture f = serve("client")) {
+            try (RawClient pc1 = f.open("boot/pc1")) {
+                assertThat(pc1.write(0, pattern(7, 8192), 0)).isZero();
+                assertThat(pc1.command(Nbd.CMD_FLUSH, 0, 0, 0)).isZero();
+            }
+            try (RawClient bare = f.open("boot")) {
+                assertThat(bare.transmissionFlags & Nbd.FLAG_READ_ONLY).as("READ_ONLY").isNotZero();
+                assertThat(bare.read(0, 8192)).as("the base, not pc1's overlay").isEqualTo(baseBytes);
+                assertThat(bare.write(0, new byte[512], 0)).as("a write").isEqualTo(Nbd.EPERM);
+                assertThat(bare.command(Nbd.CMD_FLUSH, 0, 0, 0)).as("a flush").isZero();
+                assertThat(bare.read(0, 8192)).isEqualTo(baseBytes);
+            }
+            try (RawClient pc1 = f.open("boot/pc1")) {
+                assertThat(pc1.read(0, 8192)).as("pc1's overlay untouched").isEqualTo(pattern(7, 8192));
+            }
+        }
+        assertThat(sha256(base)).isEqualTo(baseSum);
     }
 
     @Test

@@ -29,7 +29,7 @@ class CowFilter extends FilterBackend {
     private Overlay overlay;
     /** Whether {@link #overlay} is this connection's alone, to be discarded when it ends. */
     private boolean temporary;
-    /** Whether this connection only reads {@link #overlay}, another's, as it is at each request (a backup's view). */
+    /** Whether this connection only reads: {@link #overlay}, another's, as it is at each request (a backup's view), or the base when {@link #overlay} is null. */
     private boolean viewOnly;
 
     CowFilter(Backend inner, CowStore store, Set<Capability> capabilities, Set<Trait> traits, int blockSize) {
@@ -83,11 +83,12 @@ class CowFilter extends FilterBackend {
             view.connectionClosed();
             throw new UncheckedIOException(e);
         }
-        if (view == inner && o == overlay) return this;
+        boolean onlyViews = viewOnly(context);
+        if (view == inner && o == overlay && !onlyViews) return this;
         CowFilter copy = (CowFilter) over(view);
         copy.overlay = o;
         copy.temporary = store.mode == CowStore.Mode.CONNECTION;
-        copy.viewOnly = viewOnly(context);
+        copy.viewOnly = onlyViews;
         return copy;
     }
 
@@ -102,8 +103,8 @@ class CowFilter extends FilterBackend {
 
     private Overlay overlay() throws NbdErrorException {
         Overlay o = overlay;
+        if (viewOnly) throw new NbdErrorException(Nbd.EPERM, o == null ? "the base of per-client overlays, read-only" : "a read-only view of overlay '" + o.name + "'");
         if (o == null) throw new NbdErrorException(Nbd.EPERM, "this export's overlays are its connections': nothing is written here");
-        if (viewOnly) throw new NbdErrorException(Nbd.EPERM, "a read-only view of overlay '" + o.name + "'");
         return o;
     }
 

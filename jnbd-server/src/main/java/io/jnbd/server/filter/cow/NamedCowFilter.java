@@ -18,6 +18,9 @@ import org.slf4j.LoggerFactory;
  * <p>{@code EXPORT/NAME@ro} is overlay NAME as its client sees it, read-only, for a backup while the client runs: each
  * read holds the locks of its blocks, so it sees every block whole, as it is between the client's changes (flushed or
  * not). It never makes an overlay, and with {@code identity} it is the client's own, as NAME would be.
+ *
+ * <p>With {@code client}, {@code EXPORT} alone is the base, read-only: a tool that lists the server's exports and opens
+ * each one ({@code nbdinfo --list}) must be able to open this one too, and the base is what every overlay starts from.
  */
 final class NamedCowFilter extends CowFilter implements NamedViews {
     private static final Logger log = LoggerFactory.getLogger(NamedCowFilter.class);
@@ -26,7 +29,10 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
         super(inner, store, capabilities, traits, blockSize);
     }
 
-    /** The overlay's name for a client that asked for {@code name} with {@code identities}; why not, as a refusal. */
+    /**
+     * The overlay's name for a client that asked for {@code name} with {@code identities} (null: none, the base alone);
+     * why not, as a refusal.
+     */
     private String nameFor(String name, List<String> identities) throws Refusal {
         String chosen = isView(name) ? name.substring(0, name.length() - CowStore.READ_ONLY_VIEW.length()) : name;
         if (store.mode == CowStore.Mode.IDENTITY) {
@@ -36,7 +42,7 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
                 throw new Refusal("overlay '" + chosen + "' is not this client's (its TLS identity is " + identities.getFirst() + ")");
             }
         } else if (name == null) {
-            throw new Refusal("this export keeps an overlay for each client: open EXPORT/NAME, NAME naming the client's overlay");
+            return null;
         }
         String bad = CowStore.nameRefusal(chosen);
         if (bad != null) throw new Refusal(bad);
@@ -66,7 +72,13 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
 
     private Overlay overlay(String name, List<String> identities) throws IOException {
         String chosen = nameFor(name, identities);
+        if (chosen == null) return null;
         return isView(name) ? store.existing(chosen) : store.named(chosen);
+    }
+
+    /** The base alone, read-only: {@code client} mode's {@code EXPORT} with no overlay named. */
+    private boolean isBase(String name) {
+        return name == null && store.mode == CowStore.Mode.CLIENT;
     }
 
     private static boolean isView(String name) {
@@ -75,12 +87,12 @@ final class NamedCowFilter extends CowFilter implements NamedViews {
 
     @Override
     boolean viewOnly(ConnectionContext context) {
-        return isView(context.name());
+        return isView(context.name()) || isBase(context.name());
     }
 
     @Override
     public boolean readOnly(String name) {
-        return isView(name);
+        return isView(name) || isBase(name);
     }
 
     /** A client's request for an overlay it may not have. */
