@@ -10,6 +10,8 @@ import java.nio.ByteBuffer;
 import io.jnbd.server.io.PageCacheSource;
 import java.util.List;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -25,6 +27,12 @@ final class Replies {
 
     private final Session session;
     private final ConnectionStats stats;
+    /**
+     * Failures on this connection so far, by command and errno. A broken disk, or a bitmap removed under a client that
+     * still asks for it, fails every request alike: a line each would bury the log, so the first of a kind is logged
+     * at WARN, then the 10th, the 100th and so on, and the ones between at DEBUG.
+     */
+    private final ConcurrentHashMap<Integer, AtomicLong> failures = new ConcurrentHashMap<>();
     private final String peer;
 
     Replies(Session session, ConnectionStats stats, String peer) {
@@ -42,9 +50,22 @@ final class Replies {
         int error = NbdErrors.of(t);
         // A backend failure is worth an operator's attention (a full disk, a read-only file system, a broken
         // one), except a fast zero the backend declined and a request cut short by shutdown.
-        if (error == Nbd.ENOTSUP || error == Nbd.ESHUTDOWN) log.debug("{}: {} failed: {}", peer, r, t.toString());
-        else log.warn("{}: {} failed: {}", peer, r, t.toString());
+        if (error == Nbd.ENOTSUP || error == Nbd.ESHUTDOWN) {
+            log.debug("{}: {} failed: {}", peer, r, t.toString());
+        } else {
+            long n = failures.computeIfAbsent(r.type() << 16 | error & 0xffff, k -> new AtomicLong()).incrementAndGet();
+            if (!loud(n)) log.debug("{}: {} failed: {}", peer, r, t.toString());
+            else if (n == 1) log.warn("{}: {} failed: {}", peer, r, t.toString());
+            else log.warn("{}: {} failed: {} ({} {} failures with {} on this connection; the others are logged at debug)",
+                peer, r, t.toString(), n, Nbd.commandName(r.type()), Nbd.errorName(error));
+        }
         return new Failure(error, t.getMessage() != null ? t.getMessage() : t.toString());
+    }
+
+    /** Whether the {@code n}th failure of a kind is logged at WARN: the 1st, 10th, 100th, ... */
+    static boolean loud(long n) {
+        while (n >= 10 && n % 10 == 0) n /= 10;
+        return n == 1;
     }
 
     /** The reply that completes a request without data. */
