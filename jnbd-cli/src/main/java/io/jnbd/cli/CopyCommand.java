@@ -1,15 +1,10 @@
 package io.jnbd.cli;
 
 import io.jnbd.client.ClientOptions;
-import io.jnbd.client.Extent;
 import io.jnbd.client.NbdClient;
 import io.jnbd.client.NbdUri;
 
-import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Semaphore;
 
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -140,7 +135,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
         try (Disk src = Disk.open(source, options); Disk dst = Disk.create(destination, src.size(), options)) {
             long size = src.size();
             tally = new CopyTally(size);
-            return run(src, dst, size, () -> copy(src, dst, size));
+            return run(src, dst, size, () -> window(src, dst).copyAll(size));
         }
     }
 
@@ -196,13 +191,13 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
             }
             long estimate = DirtyRanges.total(client, context, src.blockSize()).bytes();
             try (Disk dst = Disk.openExisting(destination, src.size(), options, estimate >= WRITE_BEHIND_MIN)) {
-                Window window = new Window(src, dst);
-                long dirty = window.align == src.blockSize() ? estimate
-                    : DirtyRanges.total(client, context, window.align).bytes();
+                int align = CopyWindow.align(src, dst);
+                long dirty = align == src.blockSize() ? estimate : DirtyRanges.total(client, context, align).bytes();
                 tally = new CopyTally(dirty, "dirty bytes");
                 long[] ranges = new long[1];
                 int status = run(src, dst, dirty, () -> {
-                    DirtyRanges.walk(client, context, window.align, (offset, length) -> {
+                    CopyWindow window = window(src, dst);
+                    DirtyRanges.walk(client, context, align, (offset, length) -> {
                         ranges[0]++;
                         window.copyRange(offset, offset + length);
                     });
@@ -216,6 +211,11 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                 return status;
             }
         }
+    }
+
+    /** The requests of one copy, counted in {@link #tally} and on {@link #bar} (made by {@link #run} before). */
+    private CopyWindow window(Disk src, Disk dst) {
+        return new CopyWindow(src, dst, requests * connections, requestSize, splice, tally, n -> bar.stepBy(n));
     }
 
     /** "no bitmap 'x' on SRC; it has: b0, b1", or "it has none". */
@@ -250,180 +250,6 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
             // the hook is running or about to: the copy did not finish in time to say so
         }
     }
-
-    /** What every chunk of one copy shares: the bound on chunks in flight, their buffers and how they move. */
-    private final class Window {
-        final Disk src;
-        final Disk dst;
-        final int align;
-        final int chunk;
-        final int size = Math.max(1, requests * connections);
-        final Semaphore slots = new Semaphore(size);
-        final boolean spliced;
-        final ChunkBuffers buffers;
-
-        Window(Disk src, Disk dst) {
-            this.src = src;
-            this.dst = dst;
-            this.align = Math.max(src.blockSize(), dst.blockSize());
-            this.chunk = Math.max(align, requestSize / align * align);
-            this.spliced = splice && src instanceof Disk.Remote a && dst instanceof Disk.Remote b && a.client().canSpliceTo(b.client());
-            this.buffers = new ChunkBuffers(chunk);
-        }
-
-        /** Copies {@code [start, end)} as data, a chunk per request, up to the window's bound in flight. */
-        void copyRange(long start, long end) throws InterruptedException {
-            for (long at = start; at < end && tally.failure() == null; ) {
-                long pos = at;
-                int n = (int) Math.min(chunk, end - at);
-                slots.acquire();
-                tally.started(pos, n);
-                ChunkBuffers.Lease lease = buffers.lease(n);
-                CompletableFuture<Void> f;
-                try {
-                    f = spliced ? spliceChunk((Disk.Remote) src, (Disk.Remote) dst, pos, n, buffers, lease)
-                        : copyChunk(src, dst, pos, n, buffers, lease);
-                } catch (RuntimeException ex) {
-                    f = CompletableFuture.failedFuture(ex);
-                }
-                f.whenComplete((v, ex) -> {
-                    done(pos, n, ex);
-                    lease.release();
-                    slots.release();
-                });
-                at += n;
-            }
-        }
-
-        /** Waits for every request in flight; each is bounded by the request timeout. */
-        void drain() throws InterruptedException {
-            slots.acquire(size);
-        }
-    }
-
-    private void copy(Disk src, Disk dst, long size) throws Exception {
-        Window window = new Window(src, dst);
-        long offset = 0;
-        while (offset < size && tally.failure() == null) {
-            // Ask for status a stretch ahead; the source may answer for less, and we continue where it stopped.
-            java.util.List<Extent> extents = src.extents(offset, Math.min(size - offset, 1L << 30));
-            if (extents.isEmpty() || extents.getFirst().offset() != offset) {
-                throw new java.io.IOException("block status of " + src.name() + " did not describe offset " + offset);
-            }
-            for (Extent e : extents) {
-                if (tally.failure() != null) break;
-                if (e.zero()) {
-                    submit(window.slots, e.offset(), e.length(), () -> dst.zero(e.offset(), e.length()));
-                } else {
-                    window.copyRange(e.offset(), e.end());
-                }
-                offset = e.end();
-            }
-        }
-        window.drain();
-    }
-
-    /**
-     * Copies one chunk of data. A chunk of a local file bound for an NBD export is sent by the kernel straight
-     * from the page cache (sendfile) unless its first 4 KiB read as zeroes: data rarely starts so, and a chunk
-     * that does is read whole and looked at like any other, so a run of zeroes still becomes WRITE_ZEROES.
-     * Everything else is read into the chunk's buffer, and written unless it is all zeroes.
-     */
-    private static CompletableFuture<Void> copyChunk(Disk src, Disk dst, long pos, int n, ChunkBuffers buffers,
-                                                     ChunkBuffers.Lease lease) {
-        if (src instanceof Disk.Local file && dst instanceof Disk.Remote nbd) {
-            ByteBuffer head = buffers.probe().limit(Math.min(n, ChunkBuffers.PROBE));
-            CompletableFuture<Void> probe = src.read(pos, head); // a local file's read is done on return
-            if (probe.isCompletedExceptionally()) return probe;
-            if (!allZero(head.flip())) return nbd.client().write(pos, file.channel(), pos, n, false);
-        }
-        ByteBuffer buf = lease.get().limit(n);
-        return src.read(pos, buf).thenCompose(v -> {
-            buf.flip(); // the read advanced the position over the data
-            return allZero(buf) ? dst.zero(pos, n) : dst.write(pos, buf);
-        });
-    }
-
-    /**
-     * Copies one chunk between two servers: each data chunk of the source's reply goes on to the destination as
-     * a WRITE of its own whose payload the kernel splices from one socket to the other, unless its first 4 KiB
-     * are zeroes (then it is read into the chunk's buffer and looked at whole, as {@link #copyChunk} does). Runs on the
-     * source connection's reader thread; the result completes when the read and every write it made have.
-     */
-    private static CompletableFuture<Void> spliceChunk(Disk.Remote src, Disk.Remote dst, long pos, int n,
-                                                       ChunkBuffers buffers, ChunkBuffers.Lease lease) {
-        java.util.List<CompletableFuture<Void>> writes = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
-        CompletableFuture<Void> read = src.client().read(pos, n, new io.jnbd.client.ReadSink() {
-            @Override
-            public void data(long offset, int length, Payload payload) throws java.io.IOException {
-                ByteBuffer head = buffers.probe().limit(Math.min(length, ChunkBuffers.PROBE));
-                payload.peek(head);
-                if (!allZero(head.flip()) && dst.client().canWriteInOne(offset, length)) {
-                    writes.add(payload.spliceTo(dst.client(), offset));
-                    return;
-                }
-                ByteBuffer view = lease.get().slice((int) (offset - pos), length);
-                payload.readFully(view.duplicate());
-                writes.add(allZero(view) ? dst.zero(offset, length) : dst.write(offset, view));
-            }
-
-            @Override
-            public void zeroes(long offset, long length) {
-                writes.add(dst.zero(offset, length));
-            }
-        });
-        // Every write is waited for, even after a failure: until they end, they still use the buffer.
-        return read.handle((v, readError) -> readError).thenCompose(readError -> {
-            CompletableFuture<?>[] all;
-            synchronized (writes) {
-                all = writes.toArray(CompletableFuture[]::new);
-            }
-            return CompletableFuture.allOf(all).handle((v, writeError) -> {
-                Throwable e = readError != null ? readError : writeError;
-                if (e != null) throw new java.util.concurrent.CompletionException(unwrap(e));
-                return null;
-            });
-        });
-    }
-
-    private interface Op {
-        CompletableFuture<Void> run();
-    }
-
-    private void submit(Semaphore slots, long offset, long length, Op op) throws InterruptedException {
-        slots.acquire();
-        tally.started(offset, length);
-        CompletableFuture<Void> f;
-        try {
-            f = op.run();
-        } catch (RuntimeException e) {
-            f = CompletableFuture.failedFuture(e);
-        }
-        f.whenComplete((v, ex) -> {
-            done(offset, length, ex);
-            slots.release();
-        });
-    }
-
-    private void done(long offset, long length, Throwable error) {
-        tally.finished(offset, length, error == null ? null : unwrap(error));
-        if (error == null) bar.stepBy(length);
-    }
-
-    private static boolean allZero(ByteBuffer buf) {
-        MemorySegment s = MemorySegment.ofBuffer(buf);
-        for (long at = 0; at < s.byteSize(); at += ZEROES.byteSize()) {
-            long n = Math.min(ZEROES.byteSize(), s.byteSize() - at);
-            if (s.asSlice(at, n).mismatch(ZEROES.asSlice(0, n)) != -1) return false;
-        }
-        return true;
-    }
-
-    /**
-     * What a buffer is compared with, piece by piece. Small and off-heap: picocli loads every subcommand's class
-     * to build the command line, so a static here is paid by every jnbd process, the servers included.
-     */
-    private static final MemorySegment ZEROES = java.lang.foreign.Arena.global().allocate(64 << 10);
 
     static Throwable unwrap(Throwable e) {
         while ((e instanceof java.util.concurrent.CompletionException || e instanceof java.util.concurrent.ExecutionException)
