@@ -2,8 +2,6 @@ package io.jnbd.server.io;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
-import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
 import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
@@ -110,91 +108,19 @@ public final class NativeSocket {
         if (s.slot >= 0) BUSY.set(s.slot, 0);
     }
 
-    private static final ValueLayout I = ValueLayout.JAVA_INT, L = ValueLayout.JAVA_LONG, A = ValueLayout.ADDRESS;
-
     /**
-     * Each function is linked on first use by a holder class of its own, as in {@link NativeIo} (a linked
-     * function costs a generated stub, 5-10 ms at start-up); whether they can be linked at all is settled here:
-     * every symbol present and native access granted (geteuid linked as the probe).
+     * Each function is linked on first use by a holder class of its own (see {@link SocketCalls}); whether
+     * they can be linked at all is settled here: every symbol present and native access granted (geteuid
+     * linked as the probe).
      */
     public static final boolean AVAILABLE = ABI != null && linkable();
 
     private static boolean linkable() {
         try {
             return Libc.allFound("send", "sendfile", "sendmsg", "recv", "setsockopt", "getsockopt", "geteuid", "poll",
-                "ioctl", "epoll_create1", "epoll_ctl", "epoll_wait") && Geteuid.H != null;
+                "ioctl", "epoll_create1", "epoll_ctl", "epoll_wait") && SocketCalls.Geteuid.H != null;
         } catch (LinkageError | RuntimeException e) {
             return false; // no linker here, or no native access: callers keep to the JDK's channels
-        }
-    }
-
-    private static final class Send {
-        static final MethodHandle H = Libc.withErrno("send", FunctionDescriptor.of(L, I, A, L, I));
-    }
-
-    private static final class Sendfile {
-        static final MethodHandle H = Libc.withErrno("sendfile", FunctionDescriptor.of(L, I, I, A, L));
-    }
-
-    private static final class Sendmsg {
-        static final MethodHandle H = Libc.withErrno("sendmsg", FunctionDescriptor.of(L, I, A, I));
-    }
-
-    private static final class Recv {
-        static final MethodHandle H = Libc.withErrno("recv", FunctionDescriptor.of(L, I, A, L, I));
-    }
-
-    private static final class Setsockopt {
-        static final MethodHandle H = Libc.withErrno("setsockopt", FunctionDescriptor.of(I, I, I, I, A, I));
-    }
-
-    private static final class Getsockopt {
-        static final MethodHandle H = Libc.withErrno("getsockopt", FunctionDescriptor.of(I, I, I, I, A, A));
-    }
-
-    private static final class Geteuid {
-        static final MethodHandle H = Libc.plain("geteuid", FunctionDescriptor.of(I));
-    }
-
-    private static final class Poll {
-        static final MethodHandle H = Libc.withErrno("poll", FunctionDescriptor.of(I, A, L, I));
-    }
-
-    private static final class Ioctl {
-        static final MethodHandle H = Libc.withErrno("ioctl", FunctionDescriptor.of(I, I, L, A), Linker.Option.firstVariadicArg(2));
-    }
-
-    private static final class EpollCreate1 {
-        static final MethodHandle H = Libc.withErrno("epoll_create1", FunctionDescriptor.of(I, I));
-    }
-
-    private static final class EpollCtl {
-        static final MethodHandle H = Libc.withErrno("epoll_ctl", FunctionDescriptor.of(I, I, I, I, A));
-    }
-
-    private static final class EpollWait {
-        static final MethodHandle H = Libc.withErrno("epoll_wait", FunctionDescriptor.of(I, I, A, I, I));
-    }
-
-    /**
-     * send and recv that may be handed a heap array, pinned for the call rather than copied: both never wait
-     * (MSG_DONTWAIT), which is what a critical call must promise. TLS records live in heap buffers (see
-     * {@code io.jnbd.tls.JdkSecureChannel}), tens of KiB at a time; without these each would be copied to
-     * native memory and back. Null where the JDK refuses the option.
-     */
-    private static final class SendHeap {
-        static final MethodHandle H = pinning("send");
-    }
-
-    private static final class RecvHeap {
-        static final MethodHandle H = pinning("recv");
-    }
-
-    private static MethodHandle pinning(String name) {
-        try {
-            return Libc.withErrno(name, FunctionDescriptor.of(L, I, A, L, I), Linker.Option.critical(true));
-        } catch (RuntimeException e) {
-            return null; // heap buffers are copied instead
         }
     }
 
@@ -237,7 +163,7 @@ public final class NativeSocket {
      * are copied to native memory first; data buffers are direct and go as they are.
      */
     public static long sendNow(int socketFd, ByteBuffer[] bufs) throws IOException {
-        if (bufs.length == 1 && !bufs[0].isDirect() && bufs[0].remaining() > COPY_SPACE && SendHeap.H != null) {
+        if (bufs.length == 1 && !bufs[0].isDirect() && bufs[0].remaining() > COPY_SPACE && SocketCalls.SendHeap.H != null) {
             return sendHeapNow(socketFd, bufs[0]);
         }
         Scratch s = take();
@@ -267,7 +193,7 @@ public final class NativeSocket {
             s.msg.set(ValueLayout.JAVA_LONG, MSG_IOVLEN, n);
             long sent;
             while (true) {
-                sent = (long) Sendmsg.H.invokeExact(s.state, socketFd, s.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+                sent = (long) SocketCalls.Sendmsg.H.invokeExact(s.state, socketFd, s.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (sent >= 0) break;
                 int e = errno(s.state);
                 if (e == Errno.EINTR) continue;
@@ -297,7 +223,7 @@ public final class NativeSocket {
         MemorySegment src = MemorySegment.ofBuffer(buf);
         try {
             while (true) {
-                long n = (long) SendHeap.H.invokeExact(s.state, socketFd, src, src.byteSize(), MSG_DONTWAIT | MSG_NOSIGNAL);
+                long n = (long) SocketCalls.SendHeap.H.invokeExact(s.state, socketFd, src, src.byteSize(), MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n >= 0) {
                     buf.position(buf.position() + (int) n);
                     return n;
@@ -329,7 +255,7 @@ public final class NativeSocket {
                 int len = header.remaining();
                 if (len > s.small.byteSize()) throw new IllegalArgumentException("header too long");
                 MemorySegment h = s.small.asSlice(0, len).copyFrom(MemorySegment.ofBuffer(header));
-                long n = (long) Send.H.invokeExact(s.state, socketFd, h, (long) len, MSG_MORE | MSG_NOSIGNAL | MSG_DONTWAIT);
+                long n = (long) SocketCalls.Send.H.invokeExact(s.state, socketFd, h, (long) len, MSG_MORE | MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (n < 0) {
                     int e = errno(s.state);
                     if (e == Errno.EINTR) continue;
@@ -342,7 +268,7 @@ public final class NativeSocket {
             long sent = 0;
             while (sent < length) {
                 // The socket is non-blocking: sendfile takes what fits and says EAGAIN when nothing does.
-                long n = (long) Sendfile.H.invokeExact(s.state, socketFd, fileFd, s.offset, length - sent);
+                long n = (long) SocketCalls.Sendfile.H.invokeExact(s.state, socketFd, fileFd, s.offset, length - sent);
                 if (n < 0) {
                     int e = errno(s.state);
                     if (e == Errno.EINTR) continue;
@@ -367,7 +293,7 @@ public final class NativeSocket {
      * position. Returns the bytes received, 0 when nothing is there yet, -1 at end of stream.
      */
     public static int receiveNow(int socketFd, ByteBuffer dst) throws IOException {
-        if (!dst.isDirect() && RecvHeap.H == null) {
+        if (!dst.isDirect() && SocketCalls.RecvHeap.H == null) {
             // A small native bounce, then into the heap buffer.
             try (Arena arena = Arena.ofConfined()) {
                 ByteBuffer bounce = arena.allocate(Math.max(1, dst.remaining())).asByteBuffer().limit(dst.remaining());
@@ -378,7 +304,7 @@ public final class NativeSocket {
         }
         Scratch s = take();
         MemorySegment target = MemorySegment.ofBuffer(dst);
-        MethodHandle recv = dst.isDirect() ? Recv.H : RecvHeap.H;
+        MethodHandle recv = dst.isDirect() ? SocketCalls.Recv.H : SocketCalls.RecvHeap.H;
         try {
             while (true) {
                 long n = (long) recv.invokeExact(s.state, socketFd, target, target.byteSize(), MSG_DONTWAIT);
@@ -423,7 +349,7 @@ public final class NativeSocket {
         MemorySegment value = s.small.asSlice(0, 4);
         value.set(ValueLayout.JAVA_INT, 0, v);
         try {
-            int r = (int) Setsockopt.H.invokeExact(s.state, socketFd, level, option, value, 4);
+            int r = (int) SocketCalls.Setsockopt.H.invokeExact(s.state, socketFd, level, option, value, 4);
             if (r < 0) throw new NativeIo.ErrnoException("setsockopt(" + name + ")", errno(s.state));
         } catch (IOException e) {
             throw e;
@@ -447,7 +373,7 @@ public final class NativeSocket {
         MemorySegment length = s.small.asSlice(16, 4);
         length.set(ValueLayout.JAVA_INT, 0, 12);
         try {
-            int r = (int) Getsockopt.H.invokeExact(s.state, socketFd, SOL_SOCKET, SO_PEERCRED, ucred, length);
+            int r = (int) SocketCalls.Getsockopt.H.invokeExact(s.state, socketFd, SOL_SOCKET, SO_PEERCRED, ucred, length);
             if (r < 0) throw new NativeIo.ErrnoException("getsockopt(SO_PEERCRED)", errno(s.state));
             if (length.get(ValueLayout.JAVA_INT, 0) != 12) throw new IOException("getsockopt(SO_PEERCRED) gave no struct ucred");
             return new PeerCredentials(Integer.toUnsignedLong(ucred.get(ValueLayout.JAVA_INT, 0)),
@@ -464,7 +390,7 @@ public final class NativeSocket {
     /** This process's effective user id, which the kernel checks files and sockets against. */
     public static long effectiveUid() {
         try {
-            return Integer.toUnsignedLong((int) Geteuid.H.invokeExact());
+            return Integer.toUnsignedLong((int) SocketCalls.Geteuid.H.invokeExact());
         } catch (Throwable t) {
             throw new IllegalStateException("geteuid", t);
         }
@@ -483,7 +409,7 @@ public final class NativeSocket {
         pollfd.set(ValueLayout.JAVA_SHORT, 4, write ? POLLOUT : POLLIN);
         pollfd.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
         try {
-            int r = (int) Poll.H.invokeExact(s.state, pollfd, 1L, timeoutMillis);
+            int r = (int) SocketCalls.Poll.H.invokeExact(s.state, pollfd, 1L, timeoutMillis);
             if (r < 0) {
                 int e = errno(s.state);
                 if (e == Errno.EINTR) return true; // the caller's next call finds out what there is
@@ -504,7 +430,7 @@ public final class NativeSocket {
         Scratch s = take();
         MemorySegment value = s.small.asSlice(0, 4);
         try {
-            int r = (int) Ioctl.H.invokeExact(s.state, socketFd, FIONREAD, value);
+            int r = (int) SocketCalls.Ioctl.H.invokeExact(s.state, socketFd, FIONREAD, value);
             if (r < 0) throw new NativeIo.ErrnoException("ioctl(FIONREAD)", errno(s.state));
             return value.get(ValueLayout.JAVA_INT, 0);
         } catch (IOException e) {
@@ -520,7 +446,7 @@ public final class NativeSocket {
     public static int epollCreate() throws IOException {
         Scratch s = take();
         try {
-            int fd = (int) EpollCreate1.H.invokeExact(s.state, EPOLL_CLOEXEC);
+            int fd = (int) SocketCalls.EpollCreate1.H.invokeExact(s.state, EPOLL_CLOEXEC);
             if (fd < 0) throw new NativeIo.ErrnoException("epoll_create1", errno(s.state));
             return fd;
         } catch (IOException e) {
@@ -543,15 +469,15 @@ public final class NativeSocket {
         ev.set(ValueLayout.JAVA_INT_UNALIGNED, 0, events | EPOLLONESHOT | EPOLLRDHUP | EPOLLERR | EPOLLHUP);
         ev.set(ValueLayout.JAVA_LONG_UNALIGNED, EPOLL_DATA_OFFSET, fd);
         try {
-            int r = (int) EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
+            int r = (int) SocketCalls.EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
             if (r == 0) return;
             int e = errno(s.state);
             if (e != ENOENT) throw new NativeIo.ErrnoException("epoll_ctl", e);
-            r = (int) EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_ADD, fd, ev);
+            r = (int) SocketCalls.EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_ADD, fd, ev);
             if (r == 0) return;
             e = errno(s.state);
             if (e == EEXIST) { // armed by a racing call meanwhile
-                r = (int) EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
+                r = (int) SocketCalls.EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
                 if (r == 0) return;
                 e = errno(s.state);
             }
@@ -572,7 +498,7 @@ public final class NativeSocket {
     public static int epollWait(int epfd, MemorySegment events, int max) throws IOException {
         Scratch s = take();
         try {
-            int n = (int) EpollWait.H.invokeExact(s.state, epfd, events, max, -1);
+            int n = (int) SocketCalls.EpollWait.H.invokeExact(s.state, epfd, events, max, -1);
             if (n >= 0) return n;
             int e = errno(s.state);
             if (e == Errno.EINTR) return 0;
