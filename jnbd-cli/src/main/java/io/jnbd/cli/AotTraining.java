@@ -60,6 +60,9 @@ final class AotTraining {
                 for (Path p : left.sorted(java.util.Comparator.reverseOrder()).toList()) Files.deleteIfExists(p);
             }
         }
+        // As Main does after a failure: System.exit loads the JDK's logging classes (it asks a System.Logger
+        // whether to log the exit), which the cache then holds too.
+        System.exit(0);
     }
 
     private static void run(String... args) {

@@ -20,7 +20,14 @@ public final class Main implements Runnable {
      */
     private static final Map<String, Supplier<Object>> TOOLS = new LinkedHashMap<>();
 
+    /*
+     * A look-up that finds nothing on the class path opens every one of its 35 jars (13,000 entries: 50-80 ms
+     * here, the JVM's first use of ZipFile). picocli makes one, for groovy.lang.Closure, unless told not to;
+     * System.exit makes another (see main). Commands that open a socket make one all the same: the JDK looks
+     * for a SelectorProvider service there.
+     */
     static {
+        if (System.getProperty("picocli.disable.closures") == null) System.setProperty("picocli.disable.closures", "true");
         TOOLS.put("serve", ServeCommand::new);
         TOOLS.put("memserver", MemServerCommand::new);
         TOOLS.put("pool", PoolCommand::new);
@@ -33,7 +40,25 @@ public final class Main implements Runnable {
     }
 
     public static void main(String[] args) {
-        System.exit(commandLine(args.length > 0 ? args[0] : null).execute(args));
+        int status = commandLine(args.length > 0 ? args[0] : null).execute(args);
+        // Returning from main ends the JVM as System.exit(0) would (shutdown hooks, status 0) once no other
+        // non-daemon thread is left, without System.exit asking a System.Logger whether to log the exit: that
+        // logger's first use searches every jar for a LoggerFinder service (see above).
+        if (status != 0 || otherUserThreads()) System.exit(status);
+    }
+
+    /** Whether a platform thread other than this one would keep the JVM alive after main returns. */
+    private static boolean otherUserThreads() {
+        ThreadGroup root = Thread.currentThread().getThreadGroup();
+        while (root.getParent() != null) root = root.getParent();
+        Thread[] threads = new Thread[root.activeCount() + 16];
+        int n = root.enumerate(threads, true);
+        if (n == threads.length) return true; // more than counted: not worth a second look
+        for (int i = 0; i < n; i++) {
+            Thread t = threads[i];
+            if (t != Thread.currentThread() && !t.isDaemon() && t.isAlive()) return true;
+        }
+        return false;
     }
 
     /** The whole command line, every subcommand and help: the tests and the docs check use this. */

@@ -3,7 +3,6 @@ package io.jnbd.client;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
@@ -23,9 +22,6 @@ import java.nio.ByteBuffer;
  * virtual thread writes, so that a library user who never does is never warned about native access.
  */
 final class NativeSend {
-    static final boolean AVAILABLE;
-    private static final MethodHandle SENDMSG;
-    private static final MethodHandle POLL;
     private static final StructLayout CAPTURE = Splice.CAPTURE;
     private static final VarHandle ERRNO = Splice.ERRNO;
 
@@ -43,25 +39,22 @@ final class NativeSend {
     /** Heap buffers are copied here (requests' payloads written inline are at most Sender.INLINE_MAX_PAYLOAD). */
     private static final int COPY_SPACE = 128 * 1024;
 
-    static {
-        MethodHandle sendmsg = null, poll = null;
-        boolean ok = false;
-        try {
-            Linker linker = Linker.nativeLinker();
-            Linker.Option errno = Linker.Option.captureCallState("errno");
-            var lookup = linker.defaultLookup();
-            ValueLayout.OfInt i = ValueLayout.JAVA_INT;
-            sendmsg = linker.downcallHandle(lookup.find("sendmsg").orElseThrow(),
-                FunctionDescriptor.of(ValueLayout.JAVA_LONG, i, ValueLayout.ADDRESS, i), errno);
-            poll = linker.downcallHandle(lookup.find("poll").orElseThrow(),
-                FunctionDescriptor.of(i, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, i), errno);
-            ok = Splice.AVAILABLE; // the socket's descriptor comes the same way
-        } catch (Throwable e) {
-            // No native access: virtual threads keep handing their requests to the sender thread.
-        }
-        SENDMSG = sendmsg;
-        POLL = poll;
-        AVAILABLE = ok;
+    /**
+     * Splice's test stands for this one too (the socket's descriptor comes the same way, and native access is
+     * the same); the two functions are linked on first use, each by a holder class, as Splice's are.
+     */
+    static final boolean AVAILABLE = Splice.AVAILABLE && Libc.LOOKUP.find("sendmsg").isPresent()
+        && Libc.LOOKUP.find("poll").isPresent();
+
+    private static final class Sendmsg {
+        static final MethodHandle H = Libc.withErrno("sendmsg",
+            FunctionDescriptor.of(ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_INT));
+    }
+
+    /** Only when the socket's buffer is full. */
+    private static final class Poll {
+        static final MethodHandle H = Libc.withErrno("poll",
+            FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT));
     }
 
     private final int fd;
@@ -130,7 +123,7 @@ final class NativeSend {
             msg.set(ValueLayout.JAVA_LONG, MSG_IOVLEN, n);
             long sent;
             while (true) {
-                sent = (long) SENDMSG.invokeExact(state, fd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+                sent = (long) Sendmsg.H.invokeExact(state, fd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (sent >= 0) break;
                 int errno = (int) ERRNO.get(state, 0L);
                 if (errno == EINTR) continue;
@@ -158,7 +151,7 @@ final class NativeSend {
         pollFd.set(ValueLayout.JAVA_SHORT, 4, POLLOUT);
         pollFd.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
         try {
-            int r = (int) POLL.invokeExact(state, pollFd, 1L, 1000);
+            int r = (int) Poll.H.invokeExact(state, pollFd, 1L, 1000);
             if (r < 0 && (int) ERRNO.get(state, 0L) != EINTR) throw Splice.error("poll", (int) ERRNO.get(state, 0L));
         } catch (IOException e) {
             throw e;

@@ -8,6 +8,7 @@ import java.lang.foreign.Linker;
 import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
+import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.VarHandle;
@@ -25,12 +26,6 @@ import java.nio.channels.SocketChannel;
  */
 final class Splice implements AutoCloseable {
 
-    static final boolean AVAILABLE;
-    private static final MethodHandle SPLICE;
-    private static final MethodHandle PIPE2;
-    private static final MethodHandle FCNTL;
-    private static final MethodHandle CLOSE;
-    private static final java.lang.reflect.Method FD_VAL;
     /** The errno a downcall captures; NativeSend uses them too. */
     static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
     static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
@@ -43,34 +38,50 @@ final class Splice implements AutoCloseable {
     /** The most a pipe may hold without privileges on a default system (/proc/sys/fs/pipe-max-size). */
     private static final int PIPE_SIZE = 1 << 20;
 
-    static {
-        MethodHandle splice = null, pipe2 = null, fcntl = null, close = null;
-        java.lang.reflect.Method fdVal = null;
-        boolean ok = false;
+    private static final ValueLayout.OfInt I = ValueLayout.JAVA_INT;
+    private static final ValueLayout.OfLong L = ValueLayout.JAVA_LONG;
+    private static final java.lang.reflect.Method FD_VAL = fdVal();
+    /**
+     * Whether splicing can work here: the sockets' descriptors to hand, the calls in the C library and native
+     * access granted (close, the cheapest, linked to find out). Each function is linked by a holder class of
+     * its own on first use (once, under the JVM's class initialisation lock): a linked function costs a
+     * generated stub, 5-10 ms at start-up, which a process that never splices, or a library user who never
+     * asks, should not pay.
+     */
+    static final boolean AVAILABLE = FD_VAL != null && linkable();
+
+    private static java.lang.reflect.Method fdVal() {
         try {
-            Linker linker = Linker.nativeLinker();
-            Linker.Option errno = Linker.Option.captureCallState("errno");
-            var lookup = linker.defaultLookup();
-            ValueLayout.OfInt i = ValueLayout.JAVA_INT;
-            ValueLayout.OfLong l = ValueLayout.JAVA_LONG;
-            splice = linker.downcallHandle(lookup.find("splice").orElseThrow(),
-                FunctionDescriptor.of(l, i, ValueLayout.ADDRESS, i, ValueLayout.ADDRESS, l, i), errno);
-            pipe2 = linker.downcallHandle(lookup.find("pipe2").orElseThrow(),
-                FunctionDescriptor.of(i, ValueLayout.ADDRESS, i), errno);
-            fcntl = linker.downcallHandle(lookup.find("fcntl").orElseThrow(),
-                FunctionDescriptor.of(i, i, i, i), Linker.Option.firstVariadicArg(2));
-            close = linker.downcallHandle(lookup.find("close").orElseThrow(), FunctionDescriptor.of(i, i));
-            fdVal = Class.forName("sun.nio.ch.SelChImpl").getMethod("getFDVal");
-            ok = true;
-        } catch (Throwable e) {
-            // No native access, no such call, or sun.nio.ch not exported: buffers it is.
+            return Class.forName("sun.nio.ch.SelChImpl").getMethod("getFDVal");
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null; // sun.nio.ch not exported to us: buffers it is
         }
-        SPLICE = splice;
-        PIPE2 = pipe2;
-        FCNTL = fcntl;
-        CLOSE = close;
-        FD_VAL = fdVal;
-        AVAILABLE = ok;
+    }
+
+    private static boolean linkable() {
+        try {
+            SymbolLookup libc = Libc.LOOKUP;
+            return libc.find("splice").isPresent() && libc.find("pipe2").isPresent() && libc.find("fcntl").isPresent()
+                && Close.H != null;
+        } catch (LinkageError | RuntimeException e) {
+            return false; // no linker here, or no native access (--illegal-native-access=deny)
+        }
+    }
+
+    private static final class SpliceCall {
+        static final MethodHandle H = Libc.withErrno("splice", FunctionDescriptor.of(L, I, ValueLayout.ADDRESS, I, ValueLayout.ADDRESS, L, I));
+    }
+
+    private static final class Pipe2 {
+        static final MethodHandle H = Libc.withErrno("pipe2", FunctionDescriptor.of(I, ValueLayout.ADDRESS, I));
+    }
+
+    private static final class Fcntl {
+        static final MethodHandle H = Libc.link("fcntl", FunctionDescriptor.of(I, I, I, I), Linker.Option.firstVariadicArg(2));
+    }
+
+    private static final class Close {
+        static final MethodHandle H = Libc.link("close", FunctionDescriptor.of(I, I));
     }
 
     private final int readEnd;
@@ -91,10 +102,10 @@ final class Splice implements AutoCloseable {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment fds = a.allocate(ValueLayout.JAVA_INT, 2);
             MemorySegment st = a.allocate(CAPTURE);
-            if ((int) PIPE2.invokeExact(st, fds, O_CLOEXEC) != 0) throw error("pipe2", (int) ERRNO.get(st, 0L));
+            if ((int) Pipe2.H.invokeExact(st, fds, O_CLOEXEC) != 0) throw error("pipe2", (int) ERRNO.get(st, 0L));
             int r = fds.getAtIndex(ValueLayout.JAVA_INT, 0);
             int w = fds.getAtIndex(ValueLayout.JAVA_INT, 1);
-            int size = (int) FCNTL.invokeExact(w, F_SETPIPE_SZ, PIPE_SIZE);
+            int size = (int) Fcntl.H.invokeExact(w, F_SETPIPE_SZ, PIPE_SIZE);
             return new Splice(r, w, size > 0 ? size : 64 * 1024);
         } catch (IOException e) {
             throw e;
@@ -133,7 +144,7 @@ final class Splice implements AutoCloseable {
         while (true) {
             long r;
             try {
-                r = (long) SPLICE.invokeExact(state, in, MemorySegment.NULL, out, MemorySegment.NULL, n, flags);
+                r = (long) SpliceCall.H.invokeExact(state, in, MemorySegment.NULL, out, MemorySegment.NULL, n, flags);
             } catch (Throwable e) {
                 throw new IOException(what + ": " + e, e);
             }
@@ -159,8 +170,8 @@ final class Splice implements AutoCloseable {
     public void close() {
         try {
             // invokeExact needs the int result taken; close(2) of a pipe end has nothing useful to report.
-            int unusedRead = (int) CLOSE.invokeExact(readEnd);
-            int unusedWrite = (int) CLOSE.invokeExact(writeEnd);
+            int unusedRead = (int) Close.H.invokeExact(readEnd);
+            int unusedWrite = (int) Close.H.invokeExact(writeEnd);
         } catch (Throwable ignored) {
             // Closing a pipe cannot usefully fail.
         }

@@ -48,17 +48,6 @@ public final class NativeIo {
     public static final int SYNC_FILE_RANGE_WAIT_AFTER = 4;
 
 
-    private static final MethodHandle OPEN;
-    private static final MethodHandle CLOSE;
-    private static final MethodHandle FALLOCATE;
-    private static final MethodHandle LSEEK;
-    private static final MethodHandle FADVISE;
-    private static final MethodHandle SYNC_FILE_RANGE;
-    private static final MethodHandle PWRITEV;
-    private static final MethodHandle PREADV2;
-    private static final MethodHandle MMAP;
-    private static final MethodHandle MUNMAP;
-    private static final MethodHandle MADVISE;
     private static final int PROT_READ_WRITE = 0x3;
     private static final int MAP_PRIVATE_ANONYMOUS = 0x02 | (ABI == null ? 0 : ABI.mapAnonymous());
     private static final int MADV_HUGEPAGE = 14;
@@ -68,39 +57,70 @@ public final class NativeIo {
         Arena arena = Arena.ofAuto();
         return new MemorySegment[] {arena.allocate(Libc.IOVEC), arena.allocate(Libc.CAPTURE_LAYOUT)};
     });
-    public static final boolean AVAILABLE;
 
-    static {
-        MethodHandle open = null, close = null, fallocate = null, lseek = null, fadvise = null, pwritev = null;
-        MethodHandle syncFileRange = null;
-        MethodHandle preadv2 = null;
-        MethodHandle mmap = null, munmap = null, madvise = null;
-        boolean ok = false;
+    /** Declared before AVAILABLE, whose probe links close with them. */
+    private static final ValueLayout I = ValueLayout.JAVA_INT, L = ValueLayout.JAVA_LONG, A = ValueLayout.ADDRESS;
+
+    /**
+     * Every function is linked on first use, by a holder class of its own (the JVM initialises it once, under
+     * its lock, and the JIT treats its handle as a constant): linking one costs a generated stub, 5-10 ms
+     * at start-up, and a command uses few of them (`jnbd copy` to a file: open, sync_file_range,
+     * posix_fadvise and close). Whether they can be linked at all is settled here, before any is needed:
+     * every symbol present, and native access granted (close linked as the probe).
+     */
+    public static final boolean AVAILABLE = ABI != null && linkable();
+
+    private static boolean linkable() {
         try {
-            if (ABI != null) {
-                ValueLayout i = ValueLayout.JAVA_INT, l = ValueLayout.JAVA_LONG, a = ValueLayout.ADDRESS;
-                open = Libc.withErrno("open", FunctionDescriptor.of(i, a, i, i), Linker.Option.firstVariadicArg(2));
-                close = Libc.plain("close", FunctionDescriptor.of(i, i));
-                fallocate = Libc.withErrno("fallocate", FunctionDescriptor.of(i, i, i, l, l));
-                lseek = Libc.withErrno("lseek", FunctionDescriptor.of(l, i, l, i));
-                fadvise = Libc.plain("posix_fadvise", FunctionDescriptor.of(i, i, l, l, i));
-                syncFileRange = Libc.withErrno("sync_file_range", FunctionDescriptor.of(i, i, l, l, i));
-                pwritev = Libc.withErrno("pwritev", FunctionDescriptor.of(l, i, a, i, l));
-                preadv2 = Libc.withErrno("preadv2", FunctionDescriptor.of(l, i, a, i, l, i));
-                mmap = Libc.plain("mmap", FunctionDescriptor.of(l, l, l, i, i, i, l));
-                munmap = Libc.plain("munmap", FunctionDescriptor.of(i, l, l));
-                madvise = Libc.plain("madvise", FunctionDescriptor.of(i, l, l, i));
-                ok = true;
-            }
-        } catch (Throwable t) {
-            ok = false; // no native access: every caller has a portable fallback
+            return Libc.allFound("open", "close", "fallocate", "lseek", "posix_fadvise", "sync_file_range", "pwritev",
+                "preadv2", "mmap", "munmap", "madvise") && Close.H != null;
+        } catch (LinkageError | RuntimeException e) {
+            return false; // no linker here, or no native access (--illegal-native-access=deny): portable code it is
         }
-        PWRITEV = pwritev;
-        PREADV2 = preadv2;
-        MMAP = mmap; MUNMAP = munmap; MADVISE = madvise;
-        OPEN = open; CLOSE = close; FALLOCATE = fallocate; LSEEK = lseek; FADVISE = fadvise;
-        SYNC_FILE_RANGE = syncFileRange;
-        AVAILABLE = ok;
+    }
+
+    private static final class Open {
+        static final MethodHandle H = Libc.withErrno("open", FunctionDescriptor.of(I, A, I, I), Linker.Option.firstVariadicArg(2));
+    }
+
+    private static final class Close {
+        static final MethodHandle H = Libc.plain("close", FunctionDescriptor.of(I, I));
+    }
+
+    private static final class Fallocate {
+        static final MethodHandle H = Libc.withErrno("fallocate", FunctionDescriptor.of(I, I, I, L, L));
+    }
+
+    private static final class Lseek {
+        static final MethodHandle H = Libc.withErrno("lseek", FunctionDescriptor.of(L, I, L, I));
+    }
+
+    private static final class Fadvise {
+        static final MethodHandle H = Libc.plain("posix_fadvise", FunctionDescriptor.of(I, I, L, L, I));
+    }
+
+    private static final class SyncFileRange {
+        static final MethodHandle H = Libc.withErrno("sync_file_range", FunctionDescriptor.of(I, I, L, L, I));
+    }
+
+    private static final class Pwritev {
+        static final MethodHandle H = Libc.withErrno("pwritev", FunctionDescriptor.of(L, I, A, I, L));
+    }
+
+    private static final class Preadv2 {
+        static final MethodHandle H = Libc.withErrno("preadv2", FunctionDescriptor.of(L, I, A, I, L, I));
+    }
+
+    private static final class Mmap {
+        static final MethodHandle H = Libc.plain("mmap", FunctionDescriptor.of(L, L, L, I, I, I, L));
+    }
+
+    private static final class Munmap {
+        static final MethodHandle H = Libc.plain("munmap", FunctionDescriptor.of(I, L, L));
+    }
+
+    private static final class Madvise {
+        static final MethodHandle H = Libc.plain("madvise", FunctionDescriptor.of(I, L, L, I));
     }
 
     /** A system call failed; {@code errno} says why. */
@@ -126,7 +146,7 @@ public final class NativeIo {
         if (!AVAILABLE) return Optional.empty();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
-            int fd = (int) OPEN.invokeExact(state, arena.allocateFrom(path.toString()),
+            int fd = (int) Open.H.invokeExact(state, arena.allocateFrom(path.toString()),
                 (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | extraFlags, 0);
             if (fd < 0) throw new ErrnoException("open " + path, errno(state));
             return Optional.of(fd);
@@ -139,7 +159,7 @@ public final class NativeIo {
 
     public static void close(int fd) {
         try {
-            int rc = (int) CLOSE.invokeExact(fd);
+            int rc = (int) Close.H.invokeExact(fd);
         } catch (Throwable ignored) {
             // closing is best effort: the descriptor is gone either way
         }
@@ -148,7 +168,7 @@ public final class NativeIo {
     public static void fallocate(int fd, int mode, long offset, long length) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
-            int rc = (int) FALLOCATE.invokeExact(state, fd, mode, offset, length);
+            int rc = (int) Fallocate.H.invokeExact(state, fd, mode, offset, length);
             if (rc != 0) throw new ErrnoException("fallocate", errno(state));
         } catch (IOException e) {
             throw e;
@@ -161,7 +181,7 @@ public final class NativeIo {
     public static long lseek(int fd, long offset, int whence) throws IOException {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
-            long rc = (long) LSEEK.invokeExact(state, fd, offset, whence);
+            long rc = (long) Lseek.H.invokeExact(state, fd, offset, whence);
             if (rc < 0) {
                 int e = errno(state);
                 if (e == Errno.ENXIO) return -1;
@@ -177,7 +197,7 @@ public final class NativeIo {
 
     public static void fadvise(int fd, long offset, long length, int advice) throws IOException {
         try {
-            int rc = (int) FADVISE.invokeExact(fd, offset, length, advice);
+            int rc = (int) Fadvise.H.invokeExact(fd, offset, length, advice);
             if (rc != 0) throw new ErrnoException("posix_fadvise", rc);
         } catch (IOException e) {
             throw e;
@@ -192,7 +212,7 @@ public final class NativeIo {
             MemorySegment state = arena.allocate(Libc.CAPTURE_LAYOUT);
             int rc;
             do {
-                rc = (int) SYNC_FILE_RANGE.invokeExact(state, fd, offset, length, flags);
+                rc = (int) SyncFileRange.H.invokeExact(state, fd, offset, length, flags);
             } while (rc != 0 && errno(state) == Errno.EINTR);
             if (rc != 0) throw new ErrnoException("sync_file_range", errno(state));
         } catch (IOException e) {
@@ -216,7 +236,7 @@ public final class NativeIo {
                 MemorySegment from = MemorySegment.ofBuffer(src);
                 iov.set(ValueLayout.ADDRESS, 0, from);
                 iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), from.byteSize());
-                long n = (long) PWRITEV.invokeExact(state, fd, iov, 1, pos);
+                long n = (long) Pwritev.H.invokeExact(state, fd, iov, 1, pos);
                 if (n < 0) {
                     int e = errno(state);
                     if (e == Errno.EINTR) continue;
@@ -250,7 +270,7 @@ public final class NativeIo {
                     iov.setAtIndex(ValueLayout.ADDRESS, 2L * n, seg);
                     iov.setAtIndex(ValueLayout.JAVA_LONG, 2L * n + 1, seg.byteSize());
                 }
-                long written = (long) PWRITEV.invokeExact(state, fd, iov, n, pos);
+                long written = (long) Pwritev.H.invokeExact(state, fd, iov, n, pos);
                 if (written < 0) throw new ErrnoException("pwritev", errno(state));
                 pos += written;
                 while (written > 0 && first < srcs.length) {
@@ -311,7 +331,7 @@ public final class NativeIo {
         iov.set(ValueLayout.ADDRESS, 0, target);
         iov.set(ValueLayout.JAVA_LONG, ValueLayout.ADDRESS.byteSize(), target.byteSize());
         try {
-            long n = (long) PREADV2.invokeExact(state, fd, iov, 1, offset, flags);
+            long n = (long) Preadv2.H.invokeExact(state, fd, iov, 1, offset, flags);
             return n >= 0 ? n : -errno(state);
         } catch (Throwable t) {
             throw new IOException("preadv2", t);
@@ -329,14 +349,14 @@ public final class NativeIo {
         if (!AVAILABLE) return null;
         try {
             long span = length + alignment;
-            long base = (long) MMAP.invokeExact(0L, span, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS, -1, 0L);
+            long base = (long) Mmap.H.invokeExact(0L, span, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS, -1, 0L);
             if (base == -1L) return null;
             long start = (base + alignment - 1) & -alignment;
             // Only [start, start + length) is kept: what the over-sized mapping had either side goes back.
             if (start > base) unmap(base, start - base);
             if (base + span > start + length) unmap(start + length, base + span - start - length);
             try {
-                int advised = (int) MADVISE.invokeExact(start, length, MADV_HUGEPAGE); // failure is harmless, see above
+                int advised = (int) Madvise.H.invokeExact(start, length, MADV_HUGEPAGE); // failure is harmless, see above
                 return MemorySegment.ofAddress(start).reinterpret(length, arena, s -> unmap(s.address(), length));
             } catch (Throwable t) {
                 unmap(start, length);
@@ -349,7 +369,7 @@ public final class NativeIo {
 
     private static void unmap(long address, long length) {
         try {
-            int rc = (int) MUNMAP.invokeExact(address, length);
+            int rc = (int) Munmap.H.invokeExact(address, length);
         } catch (Throwable ignored) {
             // munmap of a range we mapped cannot fail short of a bug; nothing useful to do if it did
         }

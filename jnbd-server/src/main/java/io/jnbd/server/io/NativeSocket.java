@@ -2,8 +2,6 @@ package io.jnbd.server.io;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
-import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
 import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
@@ -52,15 +50,6 @@ public final class NativeSocket {
     private static final int MSG_NOSIGNAL = 0x4000;
     private static final long FIONREAD = ABI == null ? 0 : ABI.fionread();
 
-    private static final MethodHandle SEND, SENDFILE, SENDMSG, RECV, SETSOCKOPT, GETSOCKOPT, GETEUID, POLL, IOCTL;
-    /**
-     * send and recv that may be handed a heap array, pinned for the call rather than copied: both never wait
-     * (MSG_DONTWAIT), which is what a critical call must promise. TLS records live in heap buffers (see
-     * {@code io.jnbd.tls.JdkSecureChannel}), tens of KiB at a time; without these each would be copied to
-     * native memory and back. Null where the JDK refuses the option.
-     */
-    private static final MethodHandle SEND_HEAP, RECV_HEAP;
-    private static final MethodHandle EPOLL_CREATE1, EPOLL_CTL, EPOLL_WAIT;
     /** struct msghdr on LP64 Linux. */
     private static final StructLayout MSGHDR = MemoryLayout.structLayout(
         ValueLayout.ADDRESS.withName("name"), ValueLayout.JAVA_INT.withName("namelen"), MemoryLayout.paddingLayout(4),
@@ -72,7 +61,6 @@ public final class NativeSocket {
     private static final int MAX_IOV = 64;
     /** Room for the heap buffers of one send (reply headers, error messages) copied to native memory. */
     private static final int COPY_SPACE = 8192;
-    public static final boolean AVAILABLE;
 
     /**
      * Per-thread scratch: errno capture, 64 bytes for small values and headers, the sendfile offset, an iovec
@@ -120,44 +108,20 @@ public final class NativeSocket {
         if (s.slot >= 0) BUSY.set(s.slot, 0);
     }
 
-    static {
-        MethodHandle send = null, sendfile = null, sendmsg = null, recv = null, setsockopt = null, poll = null, ioctl = null;
-        MethodHandle getsockopt = null, geteuid = null;
-        MethodHandle sendHeap = null, recvHeap = null;
-        MethodHandle create = null, ctl = null, wait = null;
-        boolean ok = false;
+    /**
+     * Each function is linked on first use by a holder class of its own (see {@link SocketCalls}); whether
+     * they can be linked at all is settled here: every symbol present and native access granted (geteuid
+     * linked as the probe).
+     */
+    public static final boolean AVAILABLE = ABI != null && linkable();
+
+    private static boolean linkable() {
         try {
-            if (ABI != null) {
-                ValueLayout i = ValueLayout.JAVA_INT, l = ValueLayout.JAVA_LONG, a = ValueLayout.ADDRESS;
-                send = Libc.withErrno("send", FunctionDescriptor.of(l, i, a, l, i));
-                sendfile = Libc.withErrno("sendfile", FunctionDescriptor.of(l, i, i, a, l));
-                sendmsg = Libc.withErrno("sendmsg", FunctionDescriptor.of(l, i, a, i));
-                recv = Libc.withErrno("recv", FunctionDescriptor.of(l, i, a, l, i));
-                setsockopt = Libc.withErrno("setsockopt", FunctionDescriptor.of(i, i, i, i, a, i));
-                getsockopt = Libc.withErrno("getsockopt", FunctionDescriptor.of(i, i, i, i, a, a));
-                geteuid = Libc.plain("geteuid", FunctionDescriptor.of(i));
-                poll = Libc.withErrno("poll", FunctionDescriptor.of(i, a, l, i));
-                ioctl = Libc.withErrno("ioctl", FunctionDescriptor.of(i, i, l, a), Linker.Option.firstVariadicArg(2));
-                create = Libc.withErrno("epoll_create1", FunctionDescriptor.of(i, i));
-                ctl = Libc.withErrno("epoll_ctl", FunctionDescriptor.of(i, i, i, i, a));
-                wait = Libc.withErrno("epoll_wait", FunctionDescriptor.of(i, i, a, i, i));
-                ok = true;
-                try {
-                    Linker.Option pin = Linker.Option.critical(true);
-                    sendHeap = Libc.withErrno("send", FunctionDescriptor.of(l, i, a, l, i), pin);
-                    recvHeap = Libc.withErrno("recv", FunctionDescriptor.of(l, i, a, l, i), pin);
-                } catch (RuntimeException e) {
-                    sendHeap = recvHeap = null; // heap buffers are copied instead
-                }
-            }
-        } catch (Throwable t) {
-            ok = false; // no native access: callers keep to the JDK's channels
+            return Libc.allFound("send", "sendfile", "sendmsg", "recv", "setsockopt", "getsockopt", "geteuid", "poll",
+                "ioctl", "epoll_create1", "epoll_ctl", "epoll_wait") && SocketCalls.Geteuid.H != null;
+        } catch (LinkageError | RuntimeException e) {
+            return false; // no linker here, or no native access: callers keep to the JDK's channels
         }
-        SEND_HEAP = sendHeap; RECV_HEAP = recvHeap;
-        SEND = send; SENDFILE = sendfile; SENDMSG = sendmsg; RECV = recv; SETSOCKOPT = setsockopt; POLL = poll;
-        GETSOCKOPT = getsockopt; GETEUID = geteuid; IOCTL = ioctl;
-        EPOLL_CREATE1 = create; EPOLL_CTL = ctl; EPOLL_WAIT = wait;
-        AVAILABLE = ok;
     }
 
     /**
@@ -199,7 +163,7 @@ public final class NativeSocket {
      * are copied to native memory first; data buffers are direct and go as they are.
      */
     public static long sendNow(int socketFd, ByteBuffer[] bufs) throws IOException {
-        if (bufs.length == 1 && !bufs[0].isDirect() && bufs[0].remaining() > COPY_SPACE && SEND_HEAP != null) {
+        if (bufs.length == 1 && !bufs[0].isDirect() && bufs[0].remaining() > COPY_SPACE && SocketCalls.SendHeap.H != null) {
             return sendHeapNow(socketFd, bufs[0]);
         }
         Scratch s = take();
@@ -229,7 +193,7 @@ public final class NativeSocket {
             s.msg.set(ValueLayout.JAVA_LONG, MSG_IOVLEN, n);
             long sent;
             while (true) {
-                sent = (long) SENDMSG.invokeExact(s.state, socketFd, s.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+                sent = (long) SocketCalls.Sendmsg.H.invokeExact(s.state, socketFd, s.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (sent >= 0) break;
                 int e = errno(s.state);
                 if (e == Errno.EINTR) continue;
@@ -253,13 +217,13 @@ public final class NativeSocket {
         }
     }
 
-    /** One large heap buffer, sent from where it lies (see SEND_HEAP). */
+    /** One large heap buffer, sent from where it lies (see SendHeap). */
     private static long sendHeapNow(int socketFd, ByteBuffer buf) throws IOException {
         Scratch s = take();
         MemorySegment src = MemorySegment.ofBuffer(buf);
         try {
             while (true) {
-                long n = (long) SEND_HEAP.invokeExact(s.state, socketFd, src, src.byteSize(), MSG_DONTWAIT | MSG_NOSIGNAL);
+                long n = (long) SocketCalls.SendHeap.H.invokeExact(s.state, socketFd, src, src.byteSize(), MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n >= 0) {
                     buf.position(buf.position() + (int) n);
                     return n;
@@ -291,7 +255,7 @@ public final class NativeSocket {
                 int len = header.remaining();
                 if (len > s.small.byteSize()) throw new IllegalArgumentException("header too long");
                 MemorySegment h = s.small.asSlice(0, len).copyFrom(MemorySegment.ofBuffer(header));
-                long n = (long) SEND.invokeExact(s.state, socketFd, h, (long) len, MSG_MORE | MSG_NOSIGNAL | MSG_DONTWAIT);
+                long n = (long) SocketCalls.Send.H.invokeExact(s.state, socketFd, h, (long) len, MSG_MORE | MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (n < 0) {
                     int e = errno(s.state);
                     if (e == Errno.EINTR) continue;
@@ -304,7 +268,7 @@ public final class NativeSocket {
             long sent = 0;
             while (sent < length) {
                 // The socket is non-blocking: sendfile takes what fits and says EAGAIN when nothing does.
-                long n = (long) SENDFILE.invokeExact(s.state, socketFd, fileFd, s.offset, length - sent);
+                long n = (long) SocketCalls.Sendfile.H.invokeExact(s.state, socketFd, fileFd, s.offset, length - sent);
                 if (n < 0) {
                     int e = errno(s.state);
                     if (e == Errno.EINTR) continue;
@@ -329,7 +293,7 @@ public final class NativeSocket {
      * position. Returns the bytes received, 0 when nothing is there yet, -1 at end of stream.
      */
     public static int receiveNow(int socketFd, ByteBuffer dst) throws IOException {
-        if (!dst.isDirect() && RECV_HEAP == null) {
+        if (!dst.isDirect() && SocketCalls.RecvHeap.H == null) {
             // A small native bounce, then into the heap buffer.
             try (Arena arena = Arena.ofConfined()) {
                 ByteBuffer bounce = arena.allocate(Math.max(1, dst.remaining())).asByteBuffer().limit(dst.remaining());
@@ -340,7 +304,7 @@ public final class NativeSocket {
         }
         Scratch s = take();
         MemorySegment target = MemorySegment.ofBuffer(dst);
-        MethodHandle recv = dst.isDirect() ? RECV : RECV_HEAP;
+        MethodHandle recv = dst.isDirect() ? SocketCalls.Recv.H : SocketCalls.RecvHeap.H;
         try {
             while (true) {
                 long n = (long) recv.invokeExact(s.state, socketFd, target, target.byteSize(), MSG_DONTWAIT);
@@ -385,7 +349,7 @@ public final class NativeSocket {
         MemorySegment value = s.small.asSlice(0, 4);
         value.set(ValueLayout.JAVA_INT, 0, v);
         try {
-            int r = (int) SETSOCKOPT.invokeExact(s.state, socketFd, level, option, value, 4);
+            int r = (int) SocketCalls.Setsockopt.H.invokeExact(s.state, socketFd, level, option, value, 4);
             if (r < 0) throw new NativeIo.ErrnoException("setsockopt(" + name + ")", errno(s.state));
         } catch (IOException e) {
             throw e;
@@ -409,7 +373,7 @@ public final class NativeSocket {
         MemorySegment length = s.small.asSlice(16, 4);
         length.set(ValueLayout.JAVA_INT, 0, 12);
         try {
-            int r = (int) GETSOCKOPT.invokeExact(s.state, socketFd, SOL_SOCKET, SO_PEERCRED, ucred, length);
+            int r = (int) SocketCalls.Getsockopt.H.invokeExact(s.state, socketFd, SOL_SOCKET, SO_PEERCRED, ucred, length);
             if (r < 0) throw new NativeIo.ErrnoException("getsockopt(SO_PEERCRED)", errno(s.state));
             if (length.get(ValueLayout.JAVA_INT, 0) != 12) throw new IOException("getsockopt(SO_PEERCRED) gave no struct ucred");
             return new PeerCredentials(Integer.toUnsignedLong(ucred.get(ValueLayout.JAVA_INT, 0)),
@@ -426,7 +390,7 @@ public final class NativeSocket {
     /** This process's effective user id, which the kernel checks files and sockets against. */
     public static long effectiveUid() {
         try {
-            return Integer.toUnsignedLong((int) GETEUID.invokeExact());
+            return Integer.toUnsignedLong((int) SocketCalls.Geteuid.H.invokeExact());
         } catch (Throwable t) {
             throw new IllegalStateException("geteuid", t);
         }
@@ -445,7 +409,7 @@ public final class NativeSocket {
         pollfd.set(ValueLayout.JAVA_SHORT, 4, write ? POLLOUT : POLLIN);
         pollfd.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
         try {
-            int r = (int) POLL.invokeExact(s.state, pollfd, 1L, timeoutMillis);
+            int r = (int) SocketCalls.Poll.H.invokeExact(s.state, pollfd, 1L, timeoutMillis);
             if (r < 0) {
                 int e = errno(s.state);
                 if (e == Errno.EINTR) return true; // the caller's next call finds out what there is
@@ -466,7 +430,7 @@ public final class NativeSocket {
         Scratch s = take();
         MemorySegment value = s.small.asSlice(0, 4);
         try {
-            int r = (int) IOCTL.invokeExact(s.state, socketFd, FIONREAD, value);
+            int r = (int) SocketCalls.Ioctl.H.invokeExact(s.state, socketFd, FIONREAD, value);
             if (r < 0) throw new NativeIo.ErrnoException("ioctl(FIONREAD)", errno(s.state));
             return value.get(ValueLayout.JAVA_INT, 0);
         } catch (IOException e) {
@@ -482,7 +446,7 @@ public final class NativeSocket {
     public static int epollCreate() throws IOException {
         Scratch s = take();
         try {
-            int fd = (int) EPOLL_CREATE1.invokeExact(s.state, EPOLL_CLOEXEC);
+            int fd = (int) SocketCalls.EpollCreate1.H.invokeExact(s.state, EPOLL_CLOEXEC);
             if (fd < 0) throw new NativeIo.ErrnoException("epoll_create1", errno(s.state));
             return fd;
         } catch (IOException e) {
@@ -505,15 +469,15 @@ public final class NativeSocket {
         ev.set(ValueLayout.JAVA_INT_UNALIGNED, 0, events | EPOLLONESHOT | EPOLLRDHUP | EPOLLERR | EPOLLHUP);
         ev.set(ValueLayout.JAVA_LONG_UNALIGNED, EPOLL_DATA_OFFSET, fd);
         try {
-            int r = (int) EPOLL_CTL.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
+            int r = (int) SocketCalls.EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
             if (r == 0) return;
             int e = errno(s.state);
             if (e != ENOENT) throw new NativeIo.ErrnoException("epoll_ctl", e);
-            r = (int) EPOLL_CTL.invokeExact(s.state, epfd, EPOLL_CTL_ADD, fd, ev);
+            r = (int) SocketCalls.EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_ADD, fd, ev);
             if (r == 0) return;
             e = errno(s.state);
             if (e == EEXIST) { // armed by a racing call meanwhile
-                r = (int) EPOLL_CTL.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
+                r = (int) SocketCalls.EpollCtl.H.invokeExact(s.state, epfd, EPOLL_CTL_MOD, fd, ev);
                 if (r == 0) return;
                 e = errno(s.state);
             }
@@ -534,7 +498,7 @@ public final class NativeSocket {
     public static int epollWait(int epfd, MemorySegment events, int max) throws IOException {
         Scratch s = take();
         try {
-            int n = (int) EPOLL_WAIT.invokeExact(s.state, epfd, events, max, -1);
+            int n = (int) SocketCalls.EpollWait.H.invokeExact(s.state, epfd, events, max, -1);
             if (n >= 0) return n;
             int e = errno(s.state);
             if (e == Errno.EINTR) return 0;
