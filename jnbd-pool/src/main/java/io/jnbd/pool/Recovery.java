@@ -187,11 +187,12 @@ final class Recovery implements AutoCloseable {
         }
         if (fresh) states.join(e, target);
         if (!states.startSync(target)) return false;
+        boolean[] data = dataChunks(e, len, timeout);
         ByteBuffer buf = ByteBuffer.allocateDirect(CHUNK);
         boolean paid = false;
         for (long off = 0; off < len; ) {
             int n = (int) Math.min(CHUNK, len - off);
-            long step = copyChunk(e, target, ts, off, n, buf, timeout, paid);
+            long step = copyChunk(e, target, ts, off, n, buf, timeout, paid, data[(int) (off / CHUNK)]);
             if (step == FAILED) return false;
             if (step == COPIED) {
                 off += CHUNK;
@@ -223,7 +224,7 @@ final class Recovery implements AutoCloseable {
      * released, and comes back with {@code paid}.
      */
     private long copyChunk(io.jnbd.pool.Extent e, Replica target, MemServerLink.Session ts, long off, int n,
-                           ByteBuffer buf, long timeout, boolean paid) {
+                           ByteBuffer buf, long timeout, boolean paid, boolean knownData) {
         RangeGate.Ticket ticket = e.gate.acquire(off, off + n).join();
         try {
             if (target.state() != Replica.State.SYNCING || !target.live()) return FAILED; // a write to it failed
@@ -233,7 +234,7 @@ final class Recovery implements AutoCloseable {
             if (ss == null || ss.generation() != src.generation) return FAILED;
             long at = e.start + off;
             try {
-                if (!hasData(await(src.link.call(() -> ss.data().blockStatus(at, n)), timeout))) return COPIED;
+                if (!knownData && !hasData(await(src.link.call(() -> ss.data().blockStatus(at, n)), timeout))) return COPIED;
                 if (!paid) {
                     long wait = limiter.reserve(n);
                     if (wait > 0) return wait;
@@ -255,6 +256,32 @@ final class Recovery implements AutoCloseable {
         } finally {
             e.gate.release(ticket);
         }
+    }
+
+    /**
+     * Which chunks of the extent held data when the copy started, from one block status of the whole extent
+     * instead of one per chunk (a round trip less per chunk). A chunk seen with data is copied without asking
+     * again: were it trimmed since, the copy reads and writes its zeroes, the same bytes. A chunk seen as a
+     * hole is asked about again under its range, as a write sent before the new copy joined may be filling it.
+     * When this block status fails, every chunk is asked about under its range.
+     */
+    private boolean[] dataChunks(io.jnbd.pool.Extent e, long len, long timeout) {
+        boolean[] data = new boolean[(int) ((len + CHUNK - 1) / CHUNK)];
+        Replica src = source(e);
+        MemServerLink.Session ss = src == null ? null : src.link.session();
+        if (ss == null || ss.generation() != src.generation) return data;
+        List<Extent> map;
+        try {
+            map = await(src.link.call(() -> ss.data().blockStatus(e.start, len)), timeout);
+        } catch (Exception ex) {
+            return data; // the chunks' own block status will find out what is wrong with the source
+        }
+        for (Extent x : map) {
+            if ((x.flags() & Nbd.STATE_HOLE) != 0) continue;
+            long at = x.offset() - e.start;
+            for (long c = Math.max(0, at / CHUNK); c < data.length && c * CHUNK < at + x.length(); c++) data[(int) c] = true;
+        }
+        return data;
     }
 
     private static Replica source(io.jnbd.pool.Extent e) {
