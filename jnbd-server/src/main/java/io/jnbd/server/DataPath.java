@@ -20,10 +20,11 @@ import java.util.concurrent.Executor;
  *                       whatever the transport: small reads try that on the reader before handing off to an I/O thread
  * @param async          reads and writes are started here and answered from their completion (a network backend)
  * @param neverBlocks    backend calls cost CPU only (memory): run them on the reader, never hand them off
+ * @param plainTransport the connection's bytes cross the socket as they are (no TLS)
  * @param work           where blocking backend calls run: the I/O pool, or virtual threads for a remote backend
  */
 record DataPath(Backend backend, PageCacheSource zeroCopySource, boolean cachedReads, boolean async,
-                boolean neverBlocks, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats,
+                boolean neverBlocks, boolean plainTransport, Executor work, BufferPool buffers, Replies replies, ConnectionStats stats,
                 ReplySink sink) {
 
     /** Where the pieces of the request path hand their replies. */
@@ -60,7 +61,8 @@ record DataPath(Backend backend, PageCacheSource zeroCopySource, boolean cachedR
                 + ", the export " + chain.traits() + ": a filter's forConnection must keep them");
         }
         return new DataPath(view, zeroCopyTransport ? pageCache : null, chain.has(Backend.Trait.CACHED_READS),
-            chain.has(Backend.Trait.ASYNC), chain.has(Backend.Trait.NEVER_BLOCKS), work, buffers, replies, stats, sink);
+            chain.has(Backend.Trait.ASYNC), chain.has(Backend.Trait.NEVER_BLOCKS), zeroCopyTransport, work, buffers, replies,
+            stats, sink);
     }
 
     /**
@@ -89,11 +91,13 @@ record DataPath(Backend backend, PageCacheSource zeroCopySource, boolean cachedR
     }
 
     /**
-     * Writes into the page cache land there quicker on the reader than by a hand-off to an I/O thread: where reads
-     * go zero-copy. Not under TLS, where the reader spends a core decrypting the next payload and the write is
-     * better done on the other one meanwhile.
+     * Whether this connection's writes (without FUA) only land in the page cache: a cached file's, where reads go
+     * zero-copy, and a chain that answers reads from the page cache ({@code cachedReads}: a cow overlay over a cached
+     * file, which writes its overlay's data file the same way). Such writes are quicker done on the reader than by
+     * a hand-off to an I/O thread (see Placement). Not under TLS, where the reader spends a core decrypting the next
+     * payload and the write is better done on the other one meanwhile.
      */
-    boolean writeOnReader() {
-        return zeroCopy();
+    boolean writesToPageCache() {
+        return zeroCopy() || cachedReads && plainTransport;
     }
 }

@@ -57,10 +57,18 @@ final class Placement {
             // two wake-ups fewer per request, and one writer per connection keeps threads from spinning on the
             // file's inode lock. bench/ab, 1M writes at QD8 (22 Nov, 5 rounds): server CPU 0.33 -> 0.25 s/GB,
             // throughput +6% (median).
-            case PAGE_CACHE -> op.type() == Nbd.CMD_WRITE && !op.fua() && op.length() <= INLINE_WRITE_MAX
-                ? Where.READER_IF_FREE : disk(op, plan, inFlight);
-            case BLOCKING -> disk(op, plan, inFlight);
+            case PAGE_CACHE -> pageCacheWrite(op) ? Where.READER_IF_FREE : disk(op, plan, inFlight);
+            // The same for a cow overlay over a cached file, whose reads are answered from the page cache here too:
+            // handed to the I/O pool, a write's reply was sent from an I/O thread under the connection's socket
+            // lock, and the connection's other replies waited whenever that thread waited for a CPU (bench/boot,
+            // 64 clients: slow reads came with slow writes of the same client, 80% against 21%).
+            case BLOCKING -> path.writesToPageCache() && pageCacheWrite(op) ? Where.READER_IF_FREE : disk(op, plan, inFlight);
         };
+    }
+
+    /** A write without FUA of at most {@link #INLINE_WRITE_MAX}: it lands in the page cache, if the path's writes do. */
+    private static boolean pageCacheWrite(BatchScheduler.Op op) {
+        return op.type() == Nbd.CMD_WRITE && !op.fua() && op.length() <= INLINE_WRITE_MAX;
     }
 
     /**

@@ -2,8 +2,11 @@ package io.jnbd.server;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.jnbd.protocol.Nbd;
+import io.jnbd.protocol.Request;
 import io.jnbd.server.backend.Backend;
 import java.nio.file.Path;
+import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -66,5 +69,37 @@ class DataPathTest {
             .as("dirty bitmaps leave reads alone: sendfile stays, writes go through the filter").isEqualTo(DataPath.Strategy.PAGE_CACHE);
         assertThat(strategy("memory:1M,filter=dirty,dirty-dir=" + dir.resolve("bm"), true))
             .as("over memory no FLUSH waits for the bitmap's file").isEqualTo(DataPath.Strategy.IN_MEMORY);
+    }
+
+    /** Where a write of {@code length} bytes with {@code flags} runs on a connection of {@code spec}, four requests in flight. */
+    private Placement.Where writePlace(String spec, boolean plainTransport, int flags, long length) throws Exception {
+        try (Backend chain = ExportSpec.parse("d", spec).open()) {
+            Export export = new Export("d", "", chain);
+            DataPath path = DataPath.of(export, io.jnbd.server.backend.ConnectionContext.NONE, plainTransport, Runnable::run, null, null, null, null);
+            try {
+                BatchScheduler.Op op = new BatchScheduler.Op(Nbd.CMD_WRITE, 0, length, List.of(new Request(flags, Nbd.CMD_WRITE, 1, 0, length)));
+                return new Placement(path).where(op, new BatchScheduler.Plan(List.of(op), false), 4);
+            } finally {
+                path.backend().connectionClosed();
+            }
+        }
+    }
+
+    /**
+     * Writes that only land in the page cache are done on the connection's own thread (when a slot is free): a cached
+     * file's and a cow overlay's over one; FUA, TLS, a direct file and large writes go to the I/O pool.
+     */
+    @Test
+    void pageCacheWritesStayOnTheReaderThroughCowToo() throws Exception {
+        String file = "file:" + dir.resolve("d.img") + ",size=8M";
+        String cow = file + ",filter=cow,cow-dir=" + dir.resolve("cow");
+        assertThat(writePlace(file, true, 0, 65536)).isEqualTo(Placement.Where.READER_IF_FREE);
+        assertThat(writePlace(cow, true, 0, 65536)).as("cow over a cached file").isEqualTo(Placement.Where.READER_IF_FREE);
+        assertThat(writePlace(cow, true, Nbd.CMD_FLAG_FUA, 65536)).as("FUA waits for the disk").isEqualTo(Placement.Where.WORKERS);
+        assertThat(writePlace(cow, false, 0, 65536)).as("TLS").isEqualTo(Placement.Where.WORKERS);
+        assertThat(writePlace(cow, true, 0, 5L << 20)).as("over 4 MiB").isEqualTo(Placement.Where.WORKERS);
+        assertThat(writePlace("file:" + dir.resolve("e.img") + ",size=8M,mode=direct", true, 0, 65536))
+            .as("O_DIRECT").isEqualTo(Placement.Where.WORKERS);
+        assertThat(writePlace(file + ",filter=delay,delay-write=1ms", true, 0, 65536)).as("a filter that waits").isEqualTo(Placement.Where.WORKERS);
     }
 }
