@@ -53,6 +53,8 @@ public final class NbdServer implements AutoCloseable {
     private final ExecutorService remote = Executors.newThreadPerTaskExecutor(Thread.ofVirtual().name("jnbd-remote-", 0).factory());
     private final ScheduledExecutorService timers;
     private final List<Listener> listeners = new ArrayList<>();
+    /** One per listener; the socket is released only when its thread has left accept (see {@link #stop}). */
+    private final List<Thread> acceptors = new ArrayList<>();
     private final Set<Connection> connections = ConcurrentHashMap.newKeySet();
     private final Admission admission;
     static final Handshake.Refusal SHUTTING_DOWN = new Handshake.Refusal(Nbd.REP_ERR_SHUTDOWN, "server is shutting down", true);
@@ -131,7 +133,11 @@ public final class NbdServer implements AutoCloseable {
             listeners.add(listener);
         }
         SocketAddress bound = listener.address();
-        Thread.ofPlatform().name("jnbd-accept-" + bound).start(() -> acceptLoop(listener));
+        Thread acceptor = Thread.ofPlatform().name("jnbd-accept-" + bound).unstarted(() -> acceptLoop(listener));
+        synchronized (stopLock) {
+            acceptors.add(acceptor);
+        }
+        acceptor.start();
         if (listener.activated()) log.info("listening on {}", listener.describe());
         else log.info("listening on {} (backlog {})", describe(bound), config.backlog() > 0 ? config.backlog() : Listener.systemBacklog());
         return bound;
@@ -261,13 +267,16 @@ public final class NbdServer implements AutoCloseable {
      */
     public void stop(Duration drainTimeout) {
         List<Listener> toClose;
+        List<Thread> toJoin;
         synchronized (stopLock) {
             if (stopped) return;
             stopped = true;
             stopping = true;
             toClose = List.copyOf(listeners);
+            toJoin = List.copyOf(acceptors);
         }
         for (Listener l : toClose) l.close();
+        awaitAcceptors(toJoin);
         drain.run(connections, exports, drainTimeout);
         io.shutdown();
         remote.shutdown();
@@ -276,6 +285,23 @@ public final class NbdServer implements AutoCloseable {
             stopLock.notifyAll();
         }
         log.info("stopped");
+    }
+
+    /**
+     * Closing a listener that a thread is blocked accepting on only signals that thread: the kernel keeps the socket
+     * bound until the thread has left accept, so a server started on the same port right after this one stops
+     * would fail to bind without this wait.
+     */
+    private static void awaitAcceptors(List<Thread> acceptors) {
+        for (Thread t : acceptors) {
+            if (t == Thread.currentThread()) continue;
+            try {
+                if (!t.join(Duration.ofSeconds(5))) log.warn("{} did not stop within 5 s; its port may stay bound", t.getName());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
     }
 
     /**

@@ -44,6 +44,24 @@ class ListenerTest {
         assertThat(Files.exists(sock)).isFalse();
     }
 
+    /**
+     * A server restarted in the same JVM gets its port back: stop returns only once the listening socket is gone,
+     * not when the accept thread has merely been told to let go of it.
+     */
+    @Test
+    void stopReleasesThePortBeforeItReturns() throws IOException {
+        int port = 0;
+        for (int round = 0; round < 200; round++) {
+            NbdServer server = new NbdServer(new Exports(List.of(new Export("m", "", new MemoryBackend(4096))), null),
+                ServerConfig.defaults());
+            try {
+                port = ((InetSocketAddress) server.listen(new InetSocketAddress("127.0.0.1", port))).getPort();
+            } finally {
+                server.stop(Duration.ZERO);
+            }
+        }
+    }
+
     @Test
     void theListenBacklogIsTheSystemsLimitUnlessSet() throws Exception {
         int somaxconn = Integer.parseInt(Files.readAllLines(Path.of("/proc/sys/net/core/somaxconn")).getFirst().strip());
