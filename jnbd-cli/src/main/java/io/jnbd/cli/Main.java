@@ -2,16 +2,19 @@ package io.jnbd.cli;
 
 import io.jnbd.client.NbdConfigException;
 import picocli.CommandLine;
-import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
 
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.function.Supplier;
 
-/** The {@code jnbd} command: one entry point, one subcommand per tool. */
-@Command(name = "jnbd", mixinStandardHelpOptions = true, version = "jnbd 0.1.0",
-    description = "Network block storage for the JVM: an NBD server, client tools and a memory pool.")
+/**
+ * The {@code jnbd} command: one entry point, one subcommand per tool. Its own model is built in code, as
+ * {@code copy}'s is ({@link Models}): every tool's start pays for it.
+ */
 public final class Main implements Runnable {
+
+    private CommandSpec spec;
 
     /**
      * The subcommands, in the order help lists them. picocli builds a command's whole model (reflection over
@@ -23,8 +26,8 @@ public final class Main implements Runnable {
     /*
      * A look-up that finds nothing on the class path opens every one of its 35 jars (13,000 entries: 50-80 ms
      * here, the JVM's first use of ZipFile). picocli makes one, for groovy.lang.Closure, unless told not to;
-     * System.exit makes another (see main). Commands that open a socket make one all the same: the JDK looks
-     * for a SelectorProvider service there.
+     * System.exit makes another (see main). The JDK's search for a SelectorProvider service, which the first
+     * socket makes, is skipped by bin/jnbd.
      */
     static {
         if (System.getProperty("picocli.disable.closures") == null) System.setProperty("picocli.disable.closures", "true");
@@ -33,7 +36,7 @@ public final class Main implements Runnable {
         TOOLS.put("pool", PoolCommand::new);
         TOOLS.put("bench", BenchCommand::new);
         TOOLS.put("info", InfoCommand::new);
-        TOOLS.put("copy", CopyCommand::new);
+        TOOLS.put("copy", () -> new CopyCommand().model());
         TOOLS.put("cmp", CmpCommand::new);
         TOOLS.put("overlay", OverlayCommand::new);
         TOOLS.put("bitmap", BitmapCommand::new);
@@ -71,7 +74,11 @@ public final class Main implements Runnable {
      * version, else all of them.
      */
     static CommandLine commandLine(String first) {
-        CommandLine cl = new CommandLine(new Main());
+        Main main = new Main();
+        main.spec = CommandSpec.wrapWithoutInspection(main).name("jnbd").version("jnbd 0.1.0");
+        main.spec.usageMessage().description("Network block storage for the JVM: an NBD server, client tools and a memory pool.");
+        Models.standardHelpOptions(main.spec);
+        CommandLine cl = new CommandLine(main.spec);
         Supplier<Object> only = first == null ? null : TOOLS.get(first);
         if (only != null) {
             cl.addSubcommand(first, only.get());
@@ -96,6 +103,6 @@ public final class Main implements Runnable {
 
     @Override
     public void run() {
-        CommandLine.usage(this, System.out);
+        spec.commandLine().usage(System.out);
     }
 }

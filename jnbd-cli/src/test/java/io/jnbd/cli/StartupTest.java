@@ -36,6 +36,42 @@ class StartupTest {
         assertThat(bad.err()).contains("nonsense");
     }
 
+    /**
+     * copy's model is written in code (nothing read from annotations): each option still lands in its field, with
+     * its default when absent, and a second parse of the same command line starts from those defaults again.
+     */
+    @Test
+    void copysHandBuiltModelBindsEveryOptionAndItsDefault() {
+        CommandLine cl = Main.commandLine("copy");
+        CommandLine copy = cl.getSubcommands().get("copy");
+        cl.parseArgs("copy", "--no-splice", "--connections", "2", "--requests", "8", "--request-size", "65536",
+            "--timeout", "5", "--reconnect-delay", "1.5", "--progress", "--bitmap", "b0", "nbd://h/x", "out.raw");
+        CopyCommand set = (CopyCommand) copy.getCommand();
+        assertThat(set.source).isEqualTo("nbd://h/x");
+        assertThat(set.destination).isEqualTo("out.raw");
+        assertThat(new int[]{set.connections, set.requests, set.requestSize, set.timeoutSeconds}).containsExactly(2, 8, 65536, 5);
+        assertThat(set.reconnect.seconds).isEqualTo(1.5);
+        assertThat(set.splice).isFalse();
+        assertThat(set.progress).isTrue();
+        assertThat(set.bitmap).isEqualTo("b0");
+
+        cl.parseArgs("copy", "a", "b");
+        assertThat(new int[]{set.connections, set.requests, set.requestSize, set.timeoutSeconds}).containsExactly(4, 32, 1 << 20, 60);
+        assertThat(set.reconnect.seconds).isZero();
+        assertThat(set.splice).isTrue();
+        assertThat(set.progress).isNull();
+        assertThat(set.bitmap).isNull();
+        assertThat(List.of(set.source, set.destination)).containsExactly("a", "b");
+
+        Run missing = Run.jnbd("copy", "a");
+        assertThat(missing.exit()).isEqualTo(2);
+        assertThat(missing.err()).contains("Missing required parameter: 'DST'");
+        Run help = Run.jnbd("copy", "--help");
+        assertThat(help.exit()).isZero();
+        assertThat(help.out()).contains("Usage: jnbd copy [-hV]", "--[no-]splice", "--reconnect-delay=SECONDS",
+            "(default: 32)", "Examples:");
+    }
+
     @Test
     void picocliIsRewrittenAsVerifiableJava6ClassFilesThatStillWork(@TempDir Path dir) throws Exception {
         Path jar = Path.of(CommandLine.class.getProtectionDomain().getCodeSource().getLocation().toURI());
