@@ -182,9 +182,9 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
     /**
      * {@code --bitmap}: only the ranges the source's dirty bitmap reports dirty, onto the existing destination. A
      * dirty range that now reads as zeroes is copied like any other (read, found to be zeroes, zeroed on the
-     * destination): skipping it would leave the old data there. The bitmap is walked twice, first to count the
-     * dirty bytes for the progress bar, then to copy them: a few block status requests per 4 GiB, where keeping
-     * every range between the passes could take memory in proportion to the disk.
+     * destination): skipping it would leave the old data there. The bitmap is walked first to count the dirty bytes
+     * for the progress bar; the copy then takes the ranges that walk kept, or walks the bitmap again when there were
+     * too many to keep ({@link DirtyRanges#KEEP_MAX}).
      */
     private int incremental(ClientOptions options) throws Exception {
         if (bitmap.isEmpty()) throw new picocli.CommandLine.ParameterException(spec.commandLine(), "--bitmap needs a name");
@@ -200,26 +200,24 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
                 src.close();
                 throw new java.io.IOException(noBitmap(client, options));
             }
-            long estimate = DirtyRanges.total(client, context, src.blockSize()).bytes();
-            try (Disk dst = Disk.openExisting(destination, src.size(), options, estimate >= WRITE_BEHIND_MIN)) {
+            DirtyRanges.Status status = DirtyRanges.status(client, context);
+            DirtyRanges.Total estimate = DirtyRanges.total(status, src.size(), src.blockSize());
+            try (Disk dst = Disk.openExisting(destination, src.size(), options, estimate.bytes() >= WRITE_BEHIND_MIN)) {
                 int align = CopyWindow.align(src, dst);
-                long dirty = align == src.blockSize() ? estimate : DirtyRanges.total(client, context, align).bytes();
-                tally = new CopyTally(dirty, "dirty bytes");
+                DirtyRanges.Total dirty = align == src.blockSize() ? estimate : DirtyRanges.total(status, src.size(), align);
+                tally = new CopyTally(dirty.bytes(), "dirty bytes");
                 long[] ranges = new long[1];
-                int status = run(src, dst, dirty, () -> {
+                int exit = run(src, dst, dirty.bytes(), () -> {
                     CopyWindow window = window(src, dst);
-                    DirtyRanges.walk(client, context, align, (offset, length) -> {
-                        ranges[0]++;
-                        window.copyRange(offset, offset + length);
-                    });
+                    ranges[0] = dirty.replay(status, src.size(), align, (offset, length) -> window.copyRange(offset, offset + length));
                     window.drain();
                 });
-                if (status == 0) {
+                if (exit == 0) {
                     spec.commandLine().getOut().println("jnbd copy: copied " + tally.copied() + " dirty bytes ("
                         + ranges[0] + " ranges, bitmap " + bitmap + ") of " + src.size() + " ("
                         + Sizes.percent(tally.copied(), src.size()) + " of the disk) from " + src.name() + " to " + dst.name());
                 }
-                return status;
+                return exit;
             }
         }
     }

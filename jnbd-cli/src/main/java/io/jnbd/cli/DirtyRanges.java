@@ -4,6 +4,7 @@ import io.jnbd.client.MetaExtent;
 import io.jnbd.client.NbdClient;
 
 import java.io.IOException;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -29,10 +30,6 @@ final class DirtyRanges {
     }
 
     /** Hands {@code sink} each merged dirty range of {@code src}'s bitmap {@code context}, in ascending order. */
-    static void walk(NbdClient src, String context, int align, Sink sink) throws Exception {
-        walk((at, n) -> src.blocking().blockStatus(context, at, n), src.size(), align, sink);
-    }
-
     static void walk(Status status, long size, int align, Sink sink) throws Exception {
         long start = -1;
         long end = -1;
@@ -59,15 +56,56 @@ final class DirtyRanges {
         if (start >= 0) sink.range(start, end - start);
     }
 
-    /** The dirty bytes {@link #walk} would hand over, and in how many ranges. */
-    record Total(long bytes, long ranges) {}
+    /** At most this many ranges are kept from the counting walk for the copy (16 bytes each). */
+    static final int KEEP_MAX = 1 << 16;
 
-    static Total total(NbdClient src, String context, int align) throws Exception {
-        long[] sum = new long[2];
-        walk(src, context, align, (offset, length) -> {
-            sum[0] += length;
-            sum[1]++;
+    /**
+     * The dirty bytes {@link #walk} would hand over, in how many ranges, and the ranges themselves ({@code offset,
+     * length} pairs) when there are at most {@link #KEEP_MAX} of them, else null.
+     */
+    record Total(long bytes, long ranges, long[] kept) {
+
+        /**
+         * Hands {@code sink} the ranges again: those kept, or else those of a new walk of the bitmap. Returns how
+         * many it handed.
+         */
+        long replay(Status status, long size, int align, Sink sink) throws Exception {
+            if (kept != null) {
+                for (int i = 0; i < kept.length; i += 2) sink.range(kept[i], kept[i + 1]);
+                return kept.length / 2;
+            }
+            long[] n = new long[1];
+            walk(status, size, align, (offset, length) -> {
+                n[0]++;
+                sink.range(offset, length);
+            });
+            return n[0];
+        }
+    }
+
+    /** Block status of {@code src}'s metadata context {@code context}. */
+    static Status status(NbdClient src, String context) {
+        return (at, n) -> src.blocking().blockStatus(context, at, n);
+    }
+
+    static Total total(Status status, long size, int align) throws Exception {
+        var sum = new Object() {
+            long bytes;
+            long ranges;
+            long[] kept = new long[64];
+        };
+        walk(status, size, align, (offset, length) -> {
+            if (sum.kept != null && sum.ranges == KEEP_MAX) {
+                sum.kept = null;
+            } else if (sum.kept != null) {
+                int at = (int) sum.ranges * 2;
+                if (at == sum.kept.length) sum.kept = Arrays.copyOf(sum.kept, at * 2);
+                sum.kept[at] = offset;
+                sum.kept[at + 1] = length;
+            }
+            sum.bytes += length;
+            sum.ranges++;
         });
-        return new Total(sum[0], sum[1]);
+        return new Total(sum.bytes, sum.ranges, sum.kept == null ? null : Arrays.copyOf(sum.kept, (int) sum.ranges * 2));
     }
 }

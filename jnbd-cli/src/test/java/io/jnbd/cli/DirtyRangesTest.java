@@ -72,4 +72,38 @@ class DirtyRangesTest {
         assertThatThrownBy(() -> walk((offset, length) -> List.of(new MetaExtent(offset + 1, 1, 1)), 100, 1))
             .isInstanceOf(IOException.class).hasMessageContaining("did not describe offset 0");
     }
+
+    @Test
+    void theCountingWalkKeepsItsRangesForTheCopyUpToABound() throws Exception {
+        var status = bitmap(2, new MetaExtent(0, 64 * K, 1), new MetaExtent(64 * K, 64 * K, 0),
+            new MetaExtent(128 * K, 64 * K, 1), new MetaExtent(192 * K, 64 * K, 0));
+        DirtyRanges.Total total = DirtyRanges.total(status, 256 * K, 4096);
+        assertThat(total.bytes()).isEqualTo(128 * K);
+        assertThat(total.ranges()).isEqualTo(2);
+        List<long[]> replayed = new ArrayList<>();
+        DirtyRanges.Status none = (offset, length) -> {
+            throw new AssertionError("walked again although the ranges were kept");
+        };
+        assertThat(total.replay(none, 256 * K, 4096, (o, n) -> replayed.add(new long[]{o, n}))).isEqualTo(2);
+        assertThat(replayed).containsExactly(new long[]{0, 64 * K}, new long[]{128 * K, 64 * K});
+    }
+
+    @Test
+    void moreRangesThanTheBoundAreWalkedAgain() throws Exception {
+        int n = DirtyRanges.KEEP_MAX + 1;
+        MetaExtent[] extents = new MetaExtent[2 * n];
+        for (int i = 0; i < n; i++) {
+            extents[2 * i] = new MetaExtent(2L * i * 4096, 4096, 1);
+            extents[2 * i + 1] = new MetaExtent((2L * i + 1) * 4096, 4096, 0);
+        }
+        long size = 2L * n * 4096;
+        var status = bitmap(Integer.MAX_VALUE, extents);
+        DirtyRanges.Total total = DirtyRanges.total(status, size, 4096);
+        assertThat(total.kept()).isNull();
+        assertThat(total.ranges()).isEqualTo(n);
+        List<long[]> replayed = new ArrayList<>();
+        assertThat(total.replay(status, size, 4096, (o, len) -> replayed.add(new long[]{o, len}))).isEqualTo(n);
+        assertThat(replayed).hasSize(n);
+        assertThat(replayed.getLast()).containsExactly(2L * (n - 1) * 4096, 4096);
+    }
 }
