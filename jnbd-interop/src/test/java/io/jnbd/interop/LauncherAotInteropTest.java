@@ -53,7 +53,8 @@ class LauncherAotInteropTest {
         Out first = jnbd(dir, Map.of(), "--version");
         assertThat(first.exit()).as(first.err()).isZero();
         assertThat(first.out()).isEqualTo("jnbd 0.1.0\n");
-        assertThat(aot.resolve("jnbd.aot")).isNotEmptyFile();
+        assertThat(aot.resolve("server.aot")).isNotEmptyFile();
+        assertThat(aot.resolve("client.aot")).isNotEmptyFile();
         // The cache holds picocli as rewritten class files: the class path it was trained with says so.
         String cp = Files.readString(aot.resolve("classpath.txt")).strip();
         assertThat(cp.split(File.pathSeparator)).anyMatch(e -> e.startsWith(aot.toString()) && e.contains("picocli"));
