@@ -101,12 +101,24 @@ public final class Peer implements AutoCloseable {
         Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
         Peer peer = new Peer(p.toHandle(), log, -1);
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
-        while (System.nanoTime() < until && !Files.exists(socket)) Thread.sleep(50);
-        if (!Files.exists(socket)) {
+        // The file appears at bind(); a connect before the peer's listen() is refused.
+        while (System.nanoTime() < until && !listening(socket)) Thread.sleep(50);
+        if (!listening(socket)) {
             peer.close();
-            throw new IOException(command + " did not create " + socket);
+            throw new IOException(command + " did not listen on " + socket);
         }
         return peer;
+    }
+
+    /** Whether a Unix socket is listening at {@code path}: /proc/net/unix flags it __SO_ACCEPTCON (00010000). */
+    static boolean listening(Path path) throws IOException {
+        String name = path.toAbsolutePath().toString();
+        for (String line : Files.readAllLines(Path.of("/proc/net/unix"))) {
+            String[] f = line.trim().split("\\s+");
+            // Num RefCount Protocol Flags Type St Inode Path
+            if (f.length >= 8 && f[7].equals(name) && f[3].equals("00010000")) return true;
+        }
+        return false;
     }
 
     public String uri(String export) {
