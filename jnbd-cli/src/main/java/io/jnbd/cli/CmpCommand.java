@@ -8,13 +8,17 @@ import java.util.ArrayDeque;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 
-import picocli.CommandLine.Command;
-import picocli.CommandLine.Option;
-import picocli.CommandLine.Parameters;
+import picocli.CommandLine.Model.CommandSpec;
 
-/** {@code jnbd cmp A B}: are two disks byte for byte the same? */
-@Command(name = "cmp", mixinStandardHelpOptions = true,
-    description = {
+/** {@code jnbd cmp A B}: are two disks byte for byte the same? Its model is built in code. */
+public final class CmpCommand implements Callable<Integer> {
+
+    String first;
+    String second;
+    int requests;
+    boolean quiet;
+
+    private static final String[] DESCRIPTION = {
         "Compare two disks (NBD exports or local files) byte for byte.",
         "",
         "A and B are each an NBD URI or a local file:",
@@ -25,29 +29,32 @@ import picocli.CommandLine.Parameters;
         "Exit status: 0 when they are equal; 1 when they differ (the first",
         "differing offset, or the two sizes, are printed); 2 on error",
         "(unreachable server, unknown export, I/O error).",
-        ""},
-    footer = {"", "Examples:",
+        ""};
+
+    private static final String[] FOOTER = {"", "Examples:",
         "  jnbd cmp disk.img nbd://server/disk && echo same",
         "  jnbd cmp nbd://a/x nbd://b/x",
-        "  jnbd cmp disk.img 'nbds://alice@server/disk?tls-psk-file=keys.psk'"},
-    exitCodeOnExecutionException = 2, exitCodeOnInvalidInput = 2)
-public final class CmpCommand implements Callable<Integer> {
+        "  jnbd cmp disk.img 'nbds://alice@server/disk?tls-psk-file=keys.psk'"};
 
-    @Parameters(index = "0", paramLabel = "A", description = "first disk: NBD URI or local file")
-    String first;
+    /** This command's picocli model, bound to this object's fields (built in code: see {@link Models}). */
+    CommandSpec model() {
+        CommandSpec s = CommandSpec.wrapWithoutInspection(this).name("cmp");
+        s.usageMessage().description(DESCRIPTION).footer(FOOTER);
+        s.exitCodeOnExecutionException(2).exitCodeOnInvalidInput(2);
+        Models.standardHelpOptions(s);
+        s.addPositional(Models.positional("0", () -> first, v -> first = v)
+            .paramLabel("A").description("first disk: NBD URI or local file").build());
+        s.addPositional(Models.positional("1", () -> second, v -> second = v)
+            .paramLabel("B").description("second disk: NBD URI or local file").build());
+        s.addOption(Models.option("--requests", int.class, () -> requests, v -> requests = v)
+            .paramLabel("N").defaultValue("8").description("chunks read ahead from each disk (default: ${DEFAULT-VALUE})").build());
+        s.addOption(Models.option("--quiet", boolean.class, () -> quiet, v -> quiet = v)
+            .description("print nothing; only the exit status tells").build());
+        spec = s;
+        return s;
+    }
 
-    @Parameters(index = "1", paramLabel = "B", description = "second disk: NBD URI or local file")
-    String second;
-
-    @Option(names = "--requests", paramLabel = "N", defaultValue = "8",
-        description = "chunks read ahead from each disk (default: ${DEFAULT-VALUE})")
-    int requests;
-
-    @Option(names = "--quiet", description = "print nothing; only the exit status tells")
-    boolean quiet;
-
-    @picocli.CommandLine.Spec
-    picocli.CommandLine.Model.CommandSpec spec;
+    private CommandSpec spec;
 
     private static final int CHUNK = 1 << 20;
 

@@ -10,13 +10,16 @@ import java.io.PrintWriter;
 import java.util.List;
 import java.util.concurrent.Callable;
 
-import picocli.CommandLine.Command;
-import picocli.CommandLine.Option;
-import picocli.CommandLine.Parameters;
+import picocli.CommandLine.Model.CommandSpec;
 
-/** {@code jnbd info URI}: what a server says about an export, or which exports it has. */
-@Command(name = "info", mixinStandardHelpOptions = true,
-    description = {
+/** {@code jnbd info URI}: what a server says about an export, or which exports it has. Its model is built in code. */
+public final class InfoCommand implements Callable<Integer> {
+
+    String uri;
+    boolean list;
+    boolean json;
+
+    private static final String[] DESCRIPTION = {
         "Show an NBD export's size, flags and block sizes, or list a server's exports.",
         "",
         "URI is nbd://host[:port]/export or nbd+unix:///export?socket=PATH; an",
@@ -31,26 +34,31 @@ import picocli.CommandLine.Parameters;
         "With --json the output is one JSON object with at least the keys export,",
         "size (bytes), flags (names of the set transmission flags) and block_size",
         "(minimum, preferred, maximum), and tls (protocol and cipher, or null).",
-        ""},
-    footer = {"", "Examples:",
+        ""};
+
+    private static final String[] FOOTER = {"", "Examples:",
         "  jnbd info nbd://localhost/disk",
         "  jnbd info --json nbd://localhost:10809/disk | jq .size",
         "  jnbd info --list nbd://localhost",
         "  jnbd info 'nbds://server/disk?tls-certificates=/etc/pki/jnbd'",
-        "  jnbd info 'nbd+unix:///?socket=/tmp/nbd.sock'"})
-public final class InfoCommand implements Callable<Integer> {
+        "  jnbd info 'nbd+unix:///?socket=/tmp/nbd.sock'"};
 
-    @Parameters(paramLabel = "URI", description = "the export (or with --list the server) to ask")
-    String uri;
+    /** This command's picocli model, bound to this object's fields (built in code: see {@link Models}). */
+    CommandSpec model() {
+        CommandSpec s = CommandSpec.wrapWithoutInspection(this).name("info");
+        s.usageMessage().description(DESCRIPTION).footer(FOOTER);
+        Models.standardHelpOptions(s);
+        s.addPositional(Models.positional("0", () -> uri, v -> uri = v)
+            .paramLabel("URI").description("the export (or with --list the server) to ask").build());
+        s.addOption(Models.option("--list", boolean.class, () -> list, v -> list = v)
+            .description("list the server's exports (NBD_OPT_LIST) instead").build());
+        s.addOption(Models.option("--json", boolean.class, () -> json, v -> json = v)
+            .description("print JSON instead of text").build());
+        spec = s;
+        return s;
+    }
 
-    @Option(names = "--list", description = "list the server's exports (NBD_OPT_LIST) instead")
-    boolean list;
-
-    @Option(names = "--json", description = "print JSON instead of text")
-    boolean json;
-
-    @picocli.CommandLine.Spec
-    picocli.CommandLine.Model.CommandSpec spec;
+    private CommandSpec spec;
 
     // What --json prints; the keys are the components' names in snake_case, and scripts depend on them.
     record Listing(List<Listed> exports) {}

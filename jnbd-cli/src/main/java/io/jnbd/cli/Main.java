@@ -10,7 +10,7 @@ import java.util.function.Supplier;
 
 /**
  * The {@code jnbd} command: one entry point, one subcommand per tool. Its own model is built in code, as
- * {@code copy}'s is ({@link Models}): every tool's start pays for it.
+ * those of the short tools are ({@link Models}): every tool's start pays for it.
  */
 public final class Main implements Runnable {
 
@@ -35,9 +35,9 @@ public final class Main implements Runnable {
         TOOLS.put("memserver", MemServerCommand::new);
         TOOLS.put("pool", PoolCommand::new);
         TOOLS.put("bench", BenchCommand::new);
-        TOOLS.put("info", InfoCommand::new);
+        TOOLS.put("info", () -> new InfoCommand().model());
         TOOLS.put("copy", () -> new CopyCommand().model());
-        TOOLS.put("cmp", CmpCommand::new);
+        TOOLS.put("cmp", () -> new CmpCommand().model());
         TOOLS.put("overlay", OverlayCommand::new);
         TOOLS.put("bitmap", BitmapCommand::new);
     }

@@ -73,6 +73,25 @@ class StartupTest {
     }
 
     @Test
+    void infoAndCmpHandBuiltModelsBindTheirOptions() {
+        CommandLine info = Main.commandLine("info");
+        info.parseArgs("info", "--json", "--list", "nbd://h/");
+        InfoCommand i = (InfoCommand) info.getSubcommands().get("info").getCommand();
+        assertThat(List.of(i.uri, i.list, i.json)).containsExactly("nbd://h/", true, true);
+        info.parseArgs("info", "nbd://h/x");
+        assertThat(List.of(i.uri, i.list, i.json)).containsExactly("nbd://h/x", false, false);
+
+        CommandLine cmp = Main.commandLine("cmp");
+        cmp.parseArgs("cmp", "--requests", "3", "--quiet", "a", "b");
+        CmpCommand c = (CmpCommand) cmp.getSubcommands().get("cmp").getCommand();
+        assertThat(List.of(c.first, c.second, c.requests, c.quiet)).containsExactly("a", "b", 3, true);
+        cmp.parseArgs("cmp", "x", "y");
+        assertThat(List.of(c.requests, c.quiet)).containsExactly(8, false);
+        assertThat(cmp.getSubcommands().get("cmp").getCommandSpec().exitCodeOnInvalidInput()).isEqualTo(2);
+        assertThat(Run.jnbd("cmp", "a").exit()).isEqualTo(2);
+    }
+
+    @Test
     void picocliIsRewrittenAsVerifiableJava6ClassFilesThatStillWork(@TempDir Path dir) throws Exception {
         Path jar = Path.of(CommandLine.class.getProtectionDomain().getCodeSource().getLocation().toURI());
         Path copy = dir.resolve(jar.getFileName());
