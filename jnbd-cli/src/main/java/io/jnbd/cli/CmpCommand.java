@@ -38,10 +38,8 @@ public final class CmpCommand implements Callable<Integer> {
 
     /** This command's picocli model, bound to this object's fields (built in code: see {@link Models}). */
     CommandSpec model() {
-        CommandSpec s = CommandSpec.wrapWithoutInspection(this).name("cmp");
-        s.usageMessage().description(DESCRIPTION).footer(FOOTER);
+        CommandSpec s = Models.command(this, "cmp", DESCRIPTION, FOOTER);
         s.exitCodeOnExecutionException(2).exitCodeOnInvalidInput(2);
-        Models.standardHelpOptions(s);
         s.addPositional(Models.positional("0", () -> first, v -> first = v)
             .paramLabel("A").description("first disk: NBD URI or local file").build());
         s.addPositional(Models.positional("1", () -> second, v -> second = v)

@@ -83,9 +83,7 @@ public final class CopyCommand implements java.util.concurrent.Callable<Integer>
 
     /** This command's picocli model, bound to this object's fields. */
     CommandSpec model() {
-        CommandSpec s = CommandSpec.wrapWithoutInspection(this).name("copy");
-        s.usageMessage().description(DESCRIPTION).footer(FOOTER);
-        Models.standardHelpOptions(s);
+        CommandSpec s = Models.command(this, "copy", DESCRIPTION, FOOTER);
         s.addPositional(Models.positional("0", () -> source, v -> source = v)
             .paramLabel("SRC").description("source: NBD URI or local file").build());
         s.addPositional(Models.positional("1", () -> destination, v -> destination = v)

@@ -45,9 +45,7 @@ public final class InfoCommand implements Callable<Integer> {
 
     /** This command's picocli model, bound to this object's fields (built in code: see {@link Models}). */
     CommandSpec model() {
-        CommandSpec s = CommandSpec.wrapWithoutInspection(this).name("info");
-        s.usageMessage().description(DESCRIPTION).footer(FOOTER);
-        Models.standardHelpOptions(s);
+        CommandSpec s = Models.command(this, "info", DESCRIPTION, FOOTER);
         s.addPositional(Models.positional("0", () -> uri, v -> uri = v)
             .paramLabel("URI").description("the export (or with --list the server) to ask").build());
         s.addOption(Models.option("--list", boolean.class, () -> list, v -> list = v)

@@ -75,9 +75,9 @@ public final class Main implements Runnable {
      */
     static CommandLine commandLine(String first) {
         Main main = new Main();
-        main.spec = CommandSpec.wrapWithoutInspection(main).name("jnbd").version("jnbd 0.1.0");
-        main.spec.usageMessage().description("Network block storage for the JVM: an NBD server, client tools and a memory pool.");
-        Models.standardHelpOptions(main.spec);
+        main.spec = Models.command(main, "jnbd",
+            new String[]{"Network block storage for the JVM: an NBD server, client tools and a memory pool."}, new String[0])
+            .version("jnbd 0.1.0");
         CommandLine cl = new CommandLine(main.spec);
         Supplier<Object> only = first == null ? null : TOOLS.get(first);
         if (only != null) {

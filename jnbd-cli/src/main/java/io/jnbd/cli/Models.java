@@ -19,6 +19,14 @@ final class Models {
     private Models() {
     }
 
+    /** A command named {@code name} run by {@code command}, with its usage text and the standard help options. */
+    static CommandSpec command(Object command, String name, String[] description, String[] footer) {
+        CommandSpec s = CommandSpec.wrapWithoutInspection(command).name(name);
+        s.usageMessage().description(description).footer(footer);
+        standardHelpOptions(s);
+        return s;
+    }
+
     /** {@code -h} and {@code -V} as picocli's {@code mixinStandardHelpOptions} adds them, in its words. */
     static void standardHelpOptions(CommandSpec spec) {
         spec.addOption(OptionSpec.builder("-h", "--help").usageHelp(true)
