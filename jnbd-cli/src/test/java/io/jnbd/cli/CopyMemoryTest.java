@@ -11,10 +11,8 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
-import java.util.concurrent.TimeUnit;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -43,18 +41,9 @@ class CopyMemoryTest {
     }
 
     private static void copyInSmallJvm(String from, String to) throws Exception {
-        List<String> cmd = new ArrayList<>(List.of(ProcessHandle.current().info().command().orElseThrow(),
-            "-XX:MaxDirectMemorySize=16m", "--enable-native-access=ALL-UNNAMED",
-            "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
-            "-cp", System.getProperty("java.class.path"), Main.class.getName(), "copy", "--no-progress", from, to));
-        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        try {
-            boolean ended = p.waitFor(60, TimeUnit.SECONDS);
-            String out = new String(p.getInputStream().readNBytes(64 << 10));
-            assertThat(ended).as("copy %s -> %s ended", from, to).isTrue();
-            assertThat(p.exitValue()).as("copy %s -> %s: %s", from, to, out).isZero();
-        } finally {
-            p.destroyForcibly();
-        }
+        Run r = Run.jnbdInJvm(List.of("-XX:MaxDirectMemorySize=16m", "--enable-native-access=ALL-UNNAMED",
+            "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED"), "copy", "--no-progress", from, to);
+        assertThat(r.exit()).as("copy %s -> %s ended", from, to).isNotEqualTo(-1);
+        assertThat(r.exit()).as("copy %s -> %s: %s", from, to, r.out()).isZero();
     }
 }

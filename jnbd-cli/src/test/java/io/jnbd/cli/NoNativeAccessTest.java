@@ -13,7 +13,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Random;
-import java.util.concurrent.TimeUnit;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -47,18 +46,10 @@ class NoNativeAccessTest {
 
     private static void copyWithoutNativeAccess(String from, String to) throws Exception {
         // The sockets' descriptors stay reachable (--add-exports), so only the linking probe can turn splice off.
-        List<String> cmd = List.of(ProcessHandle.current().info().command().orElseThrow(),
-            "--illegal-native-access=deny", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
-            "-cp", System.getProperty("java.class.path"), Main.class.getName(), "copy", "--no-progress", from, to);
-        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        try {
-            boolean ended = p.waitFor(60, TimeUnit.SECONDS);
-            String out = new String(p.getInputStream().readNBytes(64 << 10));
-            assertThat(ended).as("copy %s -> %s ended", from, to).isTrue();
-            assertThat(p.exitValue()).as("copy %s -> %s: %s", from, to, out).isZero();
-            assertThat(out).as("copy %s -> %s", from, to).doesNotContain("Exception", "WARNING");
-        } finally {
-            p.destroyForcibly();
-        }
+        Run r = Run.jnbdInJvm(List.of("--illegal-native-access=deny", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED"),
+            "copy", "--no-progress", from, to);
+        assertThat(r.exit()).as("copy %s -> %s ended", from, to).isNotEqualTo(-1);
+        assertThat(r.exit()).as("copy %s -> %s: %s", from, to, r.out()).isZero();
+        assertThat(r.out()).as("copy %s -> %s", from, to).doesNotContain("Exception", "WARNING");
     }
 }
