@@ -46,11 +46,7 @@ final class Receiver {
         this.peer = peer;
         this.info = info;
         this.contexts = java.util.Map.copyOf(contexts);
-        this.spin = ReplySpin.of(connection::inFlight, transport);
     }
-
-    /** Polls for a reply that is due before the reader sleeps; null where it cannot. */
-    private final ReplySpin spin;
 
     void run() {
         try (Piped piped = payload) {
@@ -334,8 +330,7 @@ final class Receiver {
                 continue;
             }
             in.clear();
-            int n = spin != null ? spin.read(in) : 0;
-            if (n == 0) n = transport.read(in);
+            int n = transport.read(in);
             in.flip();
             if (n < 0) throw new EOFException();
             take(buf);

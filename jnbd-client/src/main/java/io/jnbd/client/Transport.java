@@ -111,10 +111,10 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         private volatile NativeSend nativeSend;
         private volatile boolean nativeTried;
         /**
-         * Native writes and receives (ReplySpin) under way. The JDK knows nothing of them, so its close would free the descriptor under
-         * them, and a later call could read or write whatever file reuses the number: close waits for them to end.
+         * Native writes under way. The JDK knows nothing of them, so its close would free the descriptor under
+         * them, and a later call could write into whatever file reuses the number: close waits for them to end.
          */
-        private final java.util.concurrent.atomic.AtomicInteger nativeCalls = new java.util.concurrent.atomic.AtomicInteger();
+        private final java.util.concurrent.atomic.AtomicInteger nativeWriters = new java.util.concurrent.atomic.AtomicInteger();
         private volatile boolean closing;
 
         Plain(SocketChannel socket) {
@@ -144,27 +144,13 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
             return Thread.currentThread().isVirtual() && writesFromVirtualThreads() ? nativeSend : null;
         }
 
-        /**
-         * One non-blocking receive by {@code spin} into {@code in}: bytes, -1 at end of stream, 0 for none now.
-         * Counted with the native writes, so that close waits for it too.
-         */
-        int receiveNow(ReplySpin spin, ByteBuffer in) throws IOException {
-            nativeCalls.incrementAndGet();
-            try {
-                if (closing) throw new java.nio.channels.ClosedChannelException();
-                return spin.recvNow(in);
-            } finally {
-                nativeCalls.decrementAndGet();
-            }
-        }
-
         private void writeNatively(NativeSend n, ByteBuffer... srcs) throws IOException {
-            nativeCalls.incrementAndGet();
+            nativeWriters.incrementAndGet();
             try {
                 if (closing) throw new java.nio.channels.ClosedChannelException();
                 n.writeFully(srcs);
             } finally {
-                nativeCalls.decrementAndGet();
+                nativeWriters.decrementAndGet();
             }
         }
 
@@ -177,7 +163,7 @@ abstract sealed class Transport permits Transport.Plain, Transport.Tls {
         void beforeRelease() {
             // The shutdown has made any sendmsg or poll under way return; they end within microseconds.
             long deadline = System.nanoTime() + 1_000_000_000L;
-            while (nativeCalls.get() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+            while (nativeWriters.get() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
         }
 
         @Override
