@@ -206,11 +206,16 @@ def jnbd_tls(exports, pki, port=None, extra=()):
 # ---------------------------------------------------------------- /proc
 
 
-def _stat_fields(pid):
-    with open(f"/proc/{pid}/stat") as f:
+def _stat(path):
+    """(comm, the fields after it) of a /proc .../stat file."""
+    with open(path) as f:
         data = f.read()
     # comm may contain spaces and parentheses: split after the last ')'
-    return data[data.rindex(")") + 2:].split()
+    return data[data.index("(") + 1:data.rindex(")")], data[data.rindex(")") + 2:].split()
+
+
+def _stat_fields(pid):
+    return _stat(f"/proc/{pid}/stat")[1]
 
 
 def jit_cpu_seconds(pid):
@@ -223,12 +228,10 @@ def jit_cpu_seconds(pid):
         return None
     for t in tasks:
         try:
-            with open(f"/proc/{pid}/task/{t}/stat") as f:
-                data = f.read()
-        except OSError:
+            comm, f = _stat(f"/proc/{pid}/task/{t}/stat")
+        except (OSError, ValueError):
             continue
-        if "CompilerThre" in data[data.index("("):data.rindex(")")]:
-            f = data[data.rindex(")") + 2:].split()
+        if "CompilerThre" in comm:
             total += int(f[11]) + int(f[12])
     return total / os.sysconf("SC_CLK_TCK")
 
