@@ -104,7 +104,7 @@ public final class FileBackend implements Backend {
             fd = -1; // sparse features degrade to portable fallbacks
         }
         this.nativeFd = fd;
-        this.pageCache = mode == Mode.CACHED ? new PageCacheSource(channel, fd) : null;
+        this.pageCache = mode == Mode.CACHED ? PageCacheSource.of(path, channel, fd) : null;
         int wfd = -1;
         if (!readOnly && fd >= 0) {
             try {

@@ -309,6 +309,26 @@ public final class NativeIo {
     }
 
     /**
+     * Fills {@code dst} (a direct buffer, position to limit) from {@code offset} with plain preads, for a file whose
+     * pages live in memory (tmpfs, ramfs), where no read waits for a device and the kernel refuses
+     * {@link #preadIfCached}'s RWF_NOWAIT. True when full; false at the end of the file, {@code dst}'s position
+     * unchanged.
+     */
+    public static boolean preadFromMemory(int fd, ByteBuffer dst, long offset) throws IOException {
+        int start = dst.position();
+        long pos = offset;
+        while (dst.hasRemaining()) {
+            int n = pread(fd, dst, pos);
+            if (n == 0) {
+                dst.position(start);
+                return false;
+            }
+            pos += n;
+        }
+        return true;
+    }
+
+    /**
      * One pread into {@code dst} (a direct buffer, position to limit), waiting for the disk if it must; advances
      * its position. Returns the bytes read, 0 at the end of the file; a failure carries its errno.
      */

@@ -3,6 +3,7 @@ package io.jnbd.server.filter.cow;
 import io.jnbd.server.backend.Backend;
 import io.jnbd.server.backend.Extent;
 import io.jnbd.server.io.NativeIo;
+import io.jnbd.server.io.PageCacheSource;
 import java.io.Closeable;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -47,6 +48,8 @@ final class Overlay implements Closeable {
     private final FileChannel data;
     /** A descriptor of the data file for punching holes, or -1 without native calls. */
     private final int fd;
+    /** The data file's reads that need no wait, through {@link #fd}. */
+    private final PageCacheSource cached;
     private final OverlayMap map;
     private final int blockSize, shift;
     private final long size;
@@ -60,12 +63,14 @@ final class Overlay implements Closeable {
     private final ByteBuffer zeroes;
     private volatile boolean closed;
 
-    private Overlay(String name, Path dir, OverlayMap.Header header, FileChannel data, int fd, OverlayMap map, byte[] states) {
+    private Overlay(String name, Path dir, OverlayMap.Header header, FileChannel data, int fd, PageCacheSource cached,
+                    OverlayMap map, byte[] states) {
         this.name = name;
         this.dir = dir;
         this.header = header;
         this.data = data;
         this.fd = fd;
+        this.cached = cached;
         this.map = map;
         this.blockSize = header.blockSize();
         this.shift = Integer.numberOfTrailingZeros(blockSize);
@@ -120,7 +125,7 @@ final class Overlay implements Closeable {
                 map = OverlayMap.open(mapFile, header, new byte[states.length], name);
             }
             fd = NativeIo.AVAILABLE ? NativeIo.open(dataFile, true).orElse(-1) : -1;
-            return new Overlay(name, dir, header, data, fd, map, states);
+            return new Overlay(name, dir, header, data, fd, PageCacheSource.of(dataFile, data, fd), map, states);
         } catch (IOException | RuntimeException e) {
             data.close();
             if (map != null) map.close();
@@ -138,7 +143,8 @@ final class Overlay implements Closeable {
             data = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
             if (header.size() > 0) data.write(ByteBuffer.allocate(1), header.size() - 1);
             fd = NativeIo.AVAILABLE ? NativeIo.open(file, true).orElse(-1) : -1;
-            return new Overlay(name, null, header, data, fd, null, new byte[blocks(header.size(), header.blockSize())]);
+            return new Overlay(name, null, header, data, fd, PageCacheSource.of(file, data, fd), null,
+                new byte[blocks(header.size(), header.blockSize())]);
         } catch (IOException | RuntimeException e) {
             if (data != null) data.close();
             if (fd >= 0) NativeIo.close(fd);
@@ -202,7 +208,7 @@ final class Overlay implements Closeable {
             int n = (int) Math.min(dst.limit() - at, runEnd - pos);
             ByteBuffer part = dst.slice(at, n);
             boolean held = switch (s) {
-                case DATA -> fd >= 0 && NativeIo.preadIfCached(fd, part, pos);
+                case DATA -> cached.readIfCached(part, pos);
                 case ZERO -> {
                     MemorySegment.ofBuffer(part).fill((byte) 0);
                     yield true;
