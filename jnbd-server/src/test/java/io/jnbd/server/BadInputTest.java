@@ -270,6 +270,58 @@ class BadInputTest {
         }
     }
 
+    /**
+     * Cached reads of up to 4 MiB are read into a buffer on the connection's thread (not sent by sendfile, which
+     * holds none): clients that ask for many and never read the replies hold at most what the budget lends, the
+     * rest of their reads fall back to sendfile, the send timeout drops them, every buffer comes back, and a client
+     * that reads carries on, on the same file.
+     */
+    @Test
+    void clientsThatNeverReadCachedFileRepliesHoldNoMoreThanTheBudget(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws Exception {
+        fx.close();
+        java.nio.file.Path file = dir.resolve("disk.img");
+        byte[] head = pattern(41, 64 << 20);
+        java.nio.file.Files.write(file, head); // just written: the page cache holds it
+        fx = new ServerFixture(List.of(new Export("disk", "", new io.jnbd.server.backend.FileBackend(file,
+                io.jnbd.server.backend.FileBackend.Mode.CACHED, false, 0))),
+            ServerConfig.defaults().withSendTimeout(java.time.Duration.ofSeconds(2)));
+        int hogs = 8;
+        ExecutorService pool = Executors.newFixedThreadPool(hogs);
+        List<RawClient> clients = new ArrayList<>();
+        try (RawClient good = fx.open("disk")) {
+            List<Future<?>> floods = new ArrayList<>();
+            for (int h = 0; h < hogs; h++) {
+                RawClient hog = fx.open("disk");
+                clients.add(hog);
+                floods.add(pool.submit(() -> {
+                    ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+                    for (int i = 0; i < 256; i++) {
+                        b.clear();
+                        new Request(0, Nbd.CMD_READ, i, (i % 15) * (4L << 20), 4 << 20).encode(b);
+                        hog.write(b.flip());
+                    }
+                    return null;
+                }));
+            }
+            Thread.sleep(1000); // let the hogs take whatever they can
+            assertThat(fx.server.buffers().outstandingBytes()).as("the hogs' unsent replies hold buffers")
+                .isPositive().isLessThanOrEqualTo(fx.server.buffers().budgetBytes());
+            for (int round = 0; round < 10; round++) {
+                long at = (round * 3L + 1) << 20;
+                assertThat(good.read(at, 1 << 20)).isEqualTo(java.util.Arrays.copyOfRange(head, (int) at, (int) at + (1 << 20)));
+                assertWorks(good, 800 + round);
+            }
+            for (RawClient hog : clients) hog.close();
+            for (Future<?> f : floods) catchFlood(f);
+            awaitNoOutstandingBuffers();
+            assertWorks(good, 900);
+        } finally {
+            for (RawClient hog : clients) hog.close();
+            pool.shutdownNow();
+        }
+    }
+
     @Test
     void oneClientThatNeverReadsDoesNotStarveOthersUnderASmallBufferBudget() throws Exception {
         // The smallest budget the server allows: no larger than one connection's own allowance.
