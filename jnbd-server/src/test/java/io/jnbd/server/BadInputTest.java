@@ -205,16 +205,8 @@ class BadInputTest {
     void clientThatNeverReadsLargeRepliesDoesNotStarveOthers() throws Exception {
         ExecutorService pool = Executors.newSingleThreadExecutor();
         try (RawClient good = fx.open("mem"); RawClient hog = fx.open("mem")) {
-            Future<?> flood = pool.submit(() -> {
-                // 32 MiB reads: a window of them is 2 GiB, far over the server's buffer budget.
-                ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
-                for (int i = 0; i < 256; i++) {
-                    b.clear();
-                    new Request(0, Nbd.CMD_READ, i, (i % 16) * (64L << 20), 32 << 20).encode(b);
-                    hog.write(b.flip());
-                }
-                return null;
-            });
+            // 32 MiB reads: a window of them is 2 GiB, far over the server's buffer budget.
+            Future<?> flood = pool.submit(readFlood(hog, i -> (i % 16) * (64L << 20), 32 << 20));
             Thread.sleep(500); // let the hog fill whatever it can
             for (int round = 0; round < 10; round++) assertWorks(good, 300 + round);
             assertThat(fx.server.buffers().outstandingBytes()).isLessThanOrEqualTo(fx.server.buffers().budgetBytes());
@@ -246,17 +238,8 @@ class BadInputTest {
                 int hogId = h;
                 RawClient hog = fx.open("mem");
                 clients.add(hog);
-                floods.add(pool.submit(() -> {
-                    ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
-                    for (int i = 0; i < 256; i++) {
-                        b.clear();
-                        // Ranges that neither overlap nor touch, so the server cannot merge them into shared reads.
-                        long offset = ((hogId * 256L + i) % 16) * (64 << 20);
-                        new Request(0, Nbd.CMD_READ, i, offset, 32 << 20).encode(b);
-                        hog.write(b.flip());
-                    }
-                    return null;
-                }));
+                // Ranges that neither overlap nor touch, so the server cannot merge them into shared reads.
+                floods.add(pool.submit(readFlood(hog, i -> ((hogId * 256L + i) % 16) * (64 << 20), 32 << 20)));
             }
             Thread.sleep(1000); // let the hogs take whatever they can
             for (int round = 0; round < 10; round++) assertWorks(good, 500 + round);
@@ -294,15 +277,7 @@ class BadInputTest {
             for (int h = 0; h < hogs; h++) {
                 RawClient hog = fx.open("disk");
                 clients.add(hog);
-                floods.add(pool.submit(() -> {
-                    ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
-                    for (int i = 0; i < 256; i++) {
-                        b.clear();
-                        new Request(0, Nbd.CMD_READ, i, (i % 15) * (4L << 20), 4 << 20).encode(b);
-                        hog.write(b.flip());
-                    }
-                    return null;
-                }));
+                floods.add(pool.submit(readFlood(hog, i -> (i % 15) * (4L << 20), 4 << 20)));
             }
             Thread.sleep(1000); // let the hogs take whatever they can
             assertThat(fx.server.buffers().outstandingBytes()).as("the hogs' unsent replies hold buffers")
@@ -329,15 +304,7 @@ class BadInputTest {
                 ServerConfig.defaults().withBufferBudget(64L << 20))) {
             ExecutorService pool = Executors.newSingleThreadExecutor();
             try (RawClient good = small.open("mem"); RawClient hog = small.open("mem")) {
-                Future<?> flood = pool.submit(() -> {
-                    ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
-                    for (int i = 0; i < 256; i++) {
-                        b.clear();
-                        new Request(0, Nbd.CMD_READ, i, (i % 16) * (64L << 20), 32 << 20).encode(b);
-                        hog.write(b.flip());
-                    }
-                    return null;
-                });
+                Future<?> flood = pool.submit(readFlood(hog, i -> (i % 16) * (64L << 20), 32 << 20));
                 Thread.sleep(500);
                 for (int round = 0; round < 5; round++) assertWorks(good, 700 + round);
                 hog.close();
@@ -405,6 +372,20 @@ class BadInputTest {
         java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(Nbd.REQUEST_SIZE);
         r.encode(b);
         return b.flip();
+    }
+
+    /** 256 reads of {@code length} bytes at {@code offset(i)}, cookie i, sent and never read back. */
+    private static java.util.concurrent.Callable<Void> readFlood(RawClient hog, java.util.function.IntToLongFunction offset,
+                                                                 int length) {
+        return () -> {
+            ByteBuffer b = ByteBuffer.allocate(Nbd.REQUEST_SIZE);
+            for (int i = 0; i < 256; i++) {
+                b.clear();
+                new Request(0, Nbd.CMD_READ, i, offset.applyAsLong(i), length).encode(b);
+                hog.write(b.flip());
+            }
+            return null;
+        };
     }
 
     private static Throwable catchFlood(Future<?> flood) throws InterruptedException {
