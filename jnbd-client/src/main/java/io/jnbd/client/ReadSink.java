@@ -45,8 +45,13 @@ public interface ReadSink {
          * the kernel moves from this connection's socket to the destination's ({@code splice(2)}): it never
          * enters this process. Blocks until the payload is sent (not until the destination has answered: that
          * is the future). Only where {@link NbdClient#canSpliceTo} said yes, and for a range the destination
-         * accepts in one request ({@link NbdClient#canWriteInOne}); if the payload cannot be passed on in full,
-         * both connections are closed, since neither stream can be resumed in the middle of a payload.
+         * accepts in one request ({@link NbdClient#canWriteInOne}).
+         *
+         * <p>The future is the write's: it fails if the destination does, and this connection goes on (what was
+         * left of the payload is read and dropped). If this connection fails in the middle of the payload, the
+         * destination's request is completed with zeroes so that its connection goes on, the future fails all
+         * the same, and so does the read. A failure here therefore never costs the side that did not fail its
+         * connection; only when both fail are both closed.
          */
         CompletableFuture<Void> spliceTo(NbdClient dst, long dstOffset) throws IOException;
     }

@@ -227,6 +227,8 @@ final class Receiver {
         private boolean active;
         /** The pipe a splice goes through; made on first use, by and for this reader thread. */
         private Splice pipe;
+        /** Set when this connection failed in the middle of a spliced payload; {@link #deliver} then fails it. */
+        private IOException sourceFailure;
 
         void deliver(Pending p, long at, int n) throws IOException {
             length = n;
@@ -240,6 +242,11 @@ final class Receiver {
                 p.recordLocalFailure(e);
             } finally {
                 active = false;
+            }
+            IOException lost = sourceFailure;
+            if (lost != null) {
+                sourceFailure = null;
+                throw lost; // this connection failed in the middle of the payload: its stream cannot be followed
             }
             if (left > 0) discard(left);
         }
@@ -281,10 +288,29 @@ final class Receiver {
         public java.util.concurrent.CompletableFuture<Void> spliceTo(NbdClient dst, long dstOffset) throws IOException {
             check();
             if (left != length) throw new IllegalStateException("splice after part of the payload was consumed");
-            return dst.writeSpliced(dstOffset, length, this::stream);
+            java.util.concurrent.CompletableFuture<Void> written;
+            try {
+                written = dst.writeSpliced(dstOffset, length, this::stream);
+            } catch (IOException e) {
+                // The destination's failure (this connection is in step: the payload untouched, or read and dropped),
+                // or both sides' (then deliver fails this connection too): either way the write's outcome.
+                return java.util.concurrent.CompletableFuture.failedFuture(e);
+            }
+            if (sourceFailure == null) return written;
+            // The destination took zeroes in place of what this connection never delivered: its write must not count.
+            IOException lost = sourceFailure;
+            return written.handle((v, e) -> {
+                throw new java.util.concurrent.CompletionException(new NbdConnectionException("connection to " + peer
+                    + " failed in the middle of the data being passed on (zeroes were written in its place): " + lost.getMessage(), lost));
+            });
         }
 
-        /** Writes the request header, then the payload: what {@link #in} holds of it, then the rest by splice. */
+        /**
+         * Writes the request header, then the payload: what {@link #in} holds of it, then the rest by splice. A
+         * failure of one side leaves the other in step: if the destination fails, the rest of the payload is read
+         * from this connection and dropped; if this connection fails, the destination's request is completed with
+         * zeroes (and its write then failed, see {@link #spliceTo}). Only when both fail does the exception leave.
+         */
         private void stream(java.nio.channels.SocketChannel to, ByteBuffer header) throws IOException {
             int buffered = (int) Math.min(in.remaining(), left);
             ByteBuffer[] both = {header, in.slice(in.position(), buffered)};
@@ -297,15 +323,42 @@ final class Receiver {
             int toFd = Splice.fd(to);
             if (from < 0 || toFd < 0) throw new IOException("no descriptor for splice");
             long n = left;
-            left = -1; // from here on a failure leaves both streams in the middle of the payload
+            left = -1; // from here until one side is back in step, both streams are in the middle of the payload
+            Splice.Progress progress = new Splice.Progress();
             try {
                 connection.uncork();
-                pipe.transfer(from, toFd, n);
+                pipe.transfer(from, toFd, n, progress);
                 left = 0;
             } catch (IOException e) {
-                pipe.close();
-                pipe = null;
+                if (progress.sourceFailed) {
+                    sourceFailure = e;
+                    try {
+                        pipe.passRest(toFd, progress);
+                        writeZeroes(to, n - progress.taken);
+                    } catch (IOException destinationToo) {
+                        closePipe();
+                        e.addSuppressed(destinationToo);
+                        throw e;
+                    }
+                    return;
+                }
+                closePipe(); // what it held was bound for the destination, which is gone
+                Receiver.this.discard(n - progress.taken);
+                left = 0;
                 throw e;
+            }
+        }
+
+        private void closePipe() {
+            pipe.close();
+            pipe = null;
+        }
+
+        private static void writeZeroes(java.nio.channels.SocketChannel to, long n) throws IOException {
+            ByteBuffer zeroes = ByteBuffer.allocateDirect((int) Math.min(n, 64 * 1024));
+            for (long done = 0; done < n; ) {
+                zeroes.clear().limit((int) Math.min(zeroes.capacity(), n - done));
+                while (zeroes.hasRemaining()) done += to.write(zeroes);
             }
         }
 

@@ -124,19 +124,47 @@ final class Splice implements AutoCloseable {
         }
     }
 
+    /** How far a {@link #transfer} got: bytes taken from the source, and how many of those reached the destination. */
+    static final class Progress {
+        long taken;
+        long passed;
+        /** Whether the source, not the destination, ended the transfer. */
+        boolean sourceFailed;
+    }
+
     /**
      * Moves exactly {@code length} bytes from socket {@code from} to socket {@code to}, both in blocking mode.
-     * Fails if the source ends first or either side fails; the pipe is then left unusable (close it). Every
-     * piece but the last is marked SPLICE_F_MORE, so that the kernel does not push a short segment between them.
+     * Fails if the source ends first or either side fails; {@code progress} then says which side and how far it
+     * got, so that the caller can keep the other stream in step. Every piece but the last is marked
+     * SPLICE_F_MORE, so that the kernel does not push a short segment between them.
      */
-    void transfer(int from, int to, long length) throws IOException {
-        for (long left = length; left > 0; ) {
-            long in = call(from, writeEnd, Math.min(left, capacity), SPLICE_F_MOVE | SPLICE_F_MORE, "splice from the source");
-            if (in == 0) throw new EOFException("the source closed the connection with " + left + " bytes of a reply still to come");
-            left -= in;
-            for (long out = in; out > 0; ) {
-                out -= call(readEnd, to, out, SPLICE_F_MOVE | (left > 0 ? SPLICE_F_MORE : 0), "splice to the destination");
+    void transfer(int from, int to, long length, Progress progress) throws IOException {
+        while (progress.taken < length) {
+            long in;
+            try {
+                in = call(from, writeEnd, Math.min(length - progress.taken, capacity), SPLICE_F_MOVE | SPLICE_F_MORE, "splice from the source");
+                if (in == 0) throw new EOFException("the source closed the connection with " + (length - progress.taken) + " bytes of a reply still to come");
+            } catch (IOException e) {
+                progress.sourceFailed = true;
+                throw e;
             }
+            progress.taken += in;
+            passPiped(to, progress, progress.taken < length);
+        }
+    }
+
+    /**
+     * After the source failed: passes what the pipe still holds on to {@code to}, so that the destination has
+     * every byte taken from the source before the caller fills in the rest.
+     */
+    void passRest(int to, Progress progress) throws IOException {
+        passPiped(to, progress, true);
+    }
+
+    private void passPiped(int to, Progress progress, boolean more) throws IOException {
+        while (progress.passed < progress.taken) {
+            progress.passed += call(readEnd, to, progress.taken - progress.passed, SPLICE_F_MOVE | (more ? SPLICE_F_MORE : 0),
+                "splice to the destination");
         }
     }
 
