@@ -135,9 +135,10 @@ public final class NbdServer implements AutoCloseable {
         SocketAddress bound = listener.address();
         Thread acceptor = Thread.ofPlatform().name("jnbd-accept-" + bound).unstarted(() -> acceptLoop(listener));
         synchronized (stopLock) {
+            // Started under the lock: stop() joins every thread it finds listed, and joining one not yet started throws.
             acceptors.add(acceptor);
+            acceptor.start();
         }
-        acceptor.start();
         if (listener.activated()) log.info("listening on {}", listener.describe());
         else log.info("listening on {} (backlog {})", describe(bound), config.backlog() > 0 ? config.backlog() : Listener.systemBacklog());
         return bound;

@@ -166,4 +166,43 @@ class MultiConnAndShutdownTest {
         }
         fx.close(); // idempotent
     }
+
+    /**
+     * A stop that races the server's start (SIGTERM right after launch) neither throws nor leaves a port bound:
+     * the listener comes up and is closed, or the start is refused.
+     */
+    @Test
+    void stopRacingListenNeitherThrowsNorLeavesAPortBound() throws Exception {
+        for (int round = 0; round < 300; round++) {
+            NbdServer server = new NbdServer(new Exports(List.of(new Export("e", "", new MemoryBackend(4096))), null),
+                ServerConfig.defaults());
+            CountDownLatch go = new CountDownLatch(1);
+            var bound = new java.util.concurrent.CompletableFuture<java.net.SocketAddress>();
+            Thread starter = Thread.ofPlatform().start(() -> {
+                try {
+                    go.await();
+                    bound.complete(server.listen(new java.net.InetSocketAddress("127.0.0.1", 0)));
+                } catch (Throwable t) {
+                    bound.completeExceptionally(t);
+                }
+            });
+            go.countDown();
+            // Spread the stop over the start so that some rounds land inside serve().
+            if (round % 3 != 0) Thread.onSpinWait();
+            server.stop(Duration.ofSeconds(5));
+            starter.join(10_000);
+            java.net.SocketAddress address;
+            try {
+                address = bound.get(10, TimeUnit.SECONDS);
+            } catch (java.util.concurrent.ExecutionException e) {
+                assertThat(e.getCause()).as("round %d", round).isInstanceOf(IOException.class).hasMessageContaining("stopping");
+                continue;
+            }
+            try (RawClient late = RawClient.connect(address)) {
+                throw new AssertionError("round " + round + ": a stopped server accepted a connection");
+            } catch (IOException expected) {
+                // connection refused
+            }
+        }
+    }
 }
