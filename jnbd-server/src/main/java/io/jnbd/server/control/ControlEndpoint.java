@@ -11,6 +11,7 @@ import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.RejectedExecutionException;
@@ -120,8 +121,11 @@ public final class ControlEndpoint implements AutoCloseable {
                     running.remove(Thread.currentThread());
                 }
             });
-            running.add(peer);
-            peer.start();
+            // Listed and started as one step: close() joins what it finds listed, and an unstarted thread cannot be joined.
+            synchronized (running) {
+                running.add(peer);
+                peer.start();
+            }
         }
     }
 
@@ -298,7 +302,11 @@ public final class ControlEndpoint implements AutoCloseable {
         long until = System.nanoTime() + REPLY_TIMEOUT.toNanos();
         try {
             if (accepting != null) accepting.join(REPLY_TIMEOUT);
-            for (Thread t : running) {
+            List<Thread> toJoin;
+            synchronized (running) {
+                toJoin = List.copyOf(running);
+            }
+            for (Thread t : toJoin) {
                 long left = until - System.nanoTime();
                 if (left <= 0 || !t.join(Duration.ofNanos(left))) {
                     log.warn("control socket {}: a request still running at close: the exports close under it", path());
