@@ -145,7 +145,17 @@ final class Dispatcher implements DataPath.ReplySink {
         } else if (path.zeroCopy()) {
             sendCachedRead(f);
         } else {
-            new SplitRead(path, f, export.readPlan(r, structured)).start();
+            ReadPlan plan = export.readPlan(r, structured);
+            if (plan.ordered()) {
+                // One reply whose pieces leave as they are read, from other threads: no other reply may land
+                // between them, so it has the connection to itself, from the moment the others are answered
+                // until its last piece is on the wire. Only a read past the largest block size that the client
+                // wants in one piece (no structured replies, or DF) takes this path.
+                flush();
+                window.alone(() -> new SplitRead(path, f, plan).start());
+            } else {
+                new SplitRead(path, f, plan).start();
+            }
         }
         flush();
     }

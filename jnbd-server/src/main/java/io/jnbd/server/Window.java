@@ -67,6 +67,22 @@ final class Window {
         requests.release();
     }
 
+    /**
+     * For the connection's reader, holding one request's share: waits until every other request is answered,
+     * runs {@code start} (which begins that request), and waits until it is answered too, so that nothing else
+     * is in flight meanwhile. The reader reads no request while it waits.
+     */
+    void alone(Runnable start) throws InterruptedException {
+        requests.acquire(size - 1);
+        try {
+            start.run();
+            requests.acquire();
+            requests.release();
+        } finally {
+            requests.release(size - 1);
+        }
+    }
+
     /** Requests read and not yet answered in full. */
     int inFlight() {
         return size - requests.availablePermits();

@@ -148,6 +148,44 @@ class LargeRequestTest {
         }
     }
 
+    /**
+     * A streamed read sent as one simple reply leaves in pieces as they are read, on other threads; replies to the
+     * small reads sent behind it, made on the connection's reader meanwhile, must not land between its pieces.
+     */
+    @ParameterizedTest(name = "{0}, tls={1}")
+    @MethodSource("everyExportPlainAndTls")
+    void smallReadsBehindAStreamedSimpleReplyNeverLandInsideIt(Kind kind, boolean tls) throws Exception {
+        try (Served s = serve(export(kind, EXPORT_SIZE), tls, ServerConfig.defaults());
+             RawClient c = unagreed(s, false)) {
+            writeStreamed(c, 0, SIXTY_FOUR_MIB, 3);
+            long big = c.cookie();
+            c.send(new Request(0, Nbd.CMD_READ, big, 0, SIXTY_FOUR_MIB));
+            java.util.Map<Long, Long> small = new java.util.HashMap<>();
+            for (int i = 0; i < 64; i++) {
+                long cookie = c.cookie();
+                long at = (long) i * 1_000_003 % (SIXTY_FOUR_MIB - 4096);
+                small.put(cookie, at);
+                c.send(new Request(0, Nbd.CMD_READ, cookie, at, 4096));
+            }
+            for (int replies = 0; replies < 65; replies++) {
+                ByteBuffer h = c.readBytes(Nbd.SIMPLE_REPLY_SIZE);
+                assertThat(h.getInt()).as("reply %d starts with a simple reply's magic", replies).isEqualTo(Nbd.SIMPLE_REPLY_MAGIC);
+                assertThat(h.getInt()).as("error").isZero();
+                long cookie = h.getLong();
+                if (cookie == big) {
+                    readAndCheck(c, 0, SIXTY_FOUR_MIB, 3);
+                } else {
+                    Long at = small.remove(cookie);
+                    assertThat(at).as("a cookie that was sent once").isNotNull();
+                    readAndCheck(c, at, 4096, 3);
+                }
+            }
+            assertThat(small).isEmpty();
+            c.disconnect();
+            awaitBuffersReturned(s.server());
+        }
+    }
+
     @Test
     void nbdOptExportNameClientsHaveNoMaximumEither() throws Exception {
         try (Served s = serve(export(Kind.DIRECT, EXPORT_SIZE), false, ServerConfig.defaults());
