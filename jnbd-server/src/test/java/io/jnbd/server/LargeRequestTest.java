@@ -186,6 +186,26 @@ class LargeRequestTest {
         }
     }
 
+    /**
+     * A client that goes away in the middle of such a read, with requests behind it: the connection ends and gives
+     * its buffers back; the reader, waiting for the read to be on the wire, is not left waiting.
+     */
+    @ParameterizedTest(name = "{0}, tls={1}")
+    @MethodSource("everyExportPlainAndTls")
+    void aClientGoneInsideAStreamedSimpleReplyEndsItsConnection(Kind kind, boolean tls) throws Exception {
+        try (Served s = serve(export(kind, EXPORT_SIZE), tls, ServerConfig.defaults())) {
+            try (RawClient c = unagreed(s, false)) {
+                c.send(new Request(0, Nbd.CMD_READ, c.cookie(), 0, SIXTY_FOUR_MIB));
+                for (int i = 0; i < 8; i++) c.send(new Request(0, Nbd.CMD_READ, c.cookie(), (long) i << 20, 4096));
+                c.readBytes(Nbd.SIMPLE_REPLY_SIZE + (1 << 20)); // some of it, then gone
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (s.server().connectionCount() != 0 && System.nanoTime() < deadline) Thread.sleep(20);
+            assertThat(s.server().connectionCount()).as("connections left").isZero();
+            awaitBuffersReturned(s.server());
+        }
+    }
+
     @Test
     void nbdOptExportNameClientsHaveNoMaximumEither() throws Exception {
         try (Served s = serve(export(Kind.DIRECT, EXPORT_SIZE), false, ServerConfig.defaults());
