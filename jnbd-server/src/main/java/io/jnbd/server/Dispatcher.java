@@ -106,8 +106,11 @@ final class Dispatcher implements DataPath.ReplySink {
     /** Sends the replies collected on the reader. */
     void flush() {
         if (deferred.isEmpty()) return;
-        writer.sendInline(new ArrayList<>(deferred));
+        // Taken out before sending: a part released by the write may make another reply here (a split read that
+        // finds its connection closed ends its reply), which must not be cleared unsent.
+        List<ReplyWriter.Part> out = new ArrayList<>(deferred);
         deferred.clear();
+        writer.sendInline(out);
     }
 
     /**
